@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One-step set-up on a fresh Debian 12 machine (run as root, or with sudo).
+#   scripts/setup.sh main   install packages, build, run a 4-rank all_reduce_perf
+#   scripts/setup.sh test   install packages, build, run the test suite
+# BUILD_DIR (default: build) picks the build folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-main}
+build=${BUILD_DIR:-build}
+
+packages=(
+  build-essential g++ meson ninja-build pkg-config python3
+  libgtest-dev googletest libgmock-dev libbenchmark-dev
+  libhwloc-dev hwloc libucx-dev libibverbs-dev rdma-core
+  openmpi-bin libopenmpi-dev libpmix-dev iproute2 procps
+)
+optional=(python3-torch)
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+for p in "${packages[@]}" "${optional[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "${packages[@]}"
+  # Only the torchrun-environment test needs it; it skips without.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "${optional[@]}" || echo "== optional packages not installed: ${optional[*]}"
+fi
+
+echo "== configure and build ($build)"
+if [ -d "$build" ]; then meson setup --reconfigure "$build" >/dev/null; else meson setup "$build"; fi
+ninja -C "$build" -j"$(nproc)"
+
+case "$mode" in
+  main)
+    echo "== 4-rank all_reduce_perf"
+    "$build/tools/tiderun/tiderun" -n 4 "$build/perf/all_reduce_perf" -b 8 -e 64M -f 4
+    ;;
+  test)
+    echo "== meson test (all suites but perf)"
+    meson test -C "$build" --no-suite perf --print-errorlogs --num-processes 2
+    ;;
+  *)
+    echo "usage: $0 main|test" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,161 @@
+// What an algorithm sees: the operation's arguments (CollArgs), an execution
+// context (ExecCtx) to post transfers, wait for them and run kernels, and the
+// table entry (AlgorithmInfo) by which it registers.
+//
+// Algorithms are coroutines (core/task.h) built from pure rank arithmetic
+// (algorithms/patterns) plus these calls. They never touch communicators,
+// bootstraps or streams.
+#pragma once
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "core/kernels.h"
+#include "core/status.h"
+#include "core/task.h"
+#include "core/transport.h"
+#include "core/types.h"
+
+namespace tide {
+
+enum class CollType : uint8_t {
+  AllReduce = 0,
+  Broadcast,
+  Reduce,
+  AllGather,
+  ReduceScatter,
+  AlltoAll,
+  Send,
+  Recv,
+  kCount
+};
+const char* collName(CollType t);  // "allreduce", ...
+constexpr uint32_t collBit(CollType t) { return 1u << static_cast<unsigned>(t); }
+
+// One operation, after validation and lowering (Avg is already turned into
+// Sum by the core; `reduce` is the kernel for dtype x op, or null when the
+// collective does not reduce).
+struct CollArgs {
+  CollType type = CollType::AllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  // NCCL's meaning: AllGather sendcount, ReduceScatter recvcount,
+                     // AlltoAll per-peer count, else the buffer's count
+  tideDataType_t dtype = tideFloat32;
+  size_t elemSize = 4;
+  RedOp op = RedOp::Sum;
+  ReduceFn reduce = nullptr;
+  int root = 0;  // root, or peer for Send/Recv
+  MemType mem = MemType::Host;
+};
+
+// A posted transfer. done() is cheap and never progresses anything.
+struct Pending {
+  Connection* conn = nullptr;  // null: nothing to wait for (0 bytes)
+  uint64_t ticket = 0;
+  bool isSend = false;
+  int peer = -1;
+  bool done() const {
+    if (conn == nullptr) return true;
+    return (isSend ? conn->sendsDone() : conn->recvsDone()) >= ticket;
+  }
+};
+
+class ExecCtx {
+ public:
+  // conns: flat table [peer * kNumChannels + channel] of this communicator.
+  ExecCtx(const CollArgs& args, int rank, int nranks, Connection* const* conns, int channel,
+          const KernelTable* kernels, size_t chunkBytes);
+  ExecCtx(const ExecCtx&) = delete;
+  ExecCtx& operator=(const ExecCtx&) = delete;
+
+  const CollArgs& args() const { return args_; }
+  // Switches to the next operation of a chain (same communicator and channel).
+  void setArgs(const CollArgs& a) { args_ = a; }
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  // Preferred pipeline chunk, in bytes (a multiple of 64).
+  size_t chunkBytes() const { return chunkBytes_; }
+  // Chunk in whole elements of the operation's dtype (>= 1).
+  size_t chunkElems() const;
+
+  // ---- Transfers (never block; complete in posting order per peer) ----
+  Pending send(int peer, const void* buf, size_t bytes);
+  Pending recv(int peer, void* buf, size_t bytes);
+  // dst = src OP incoming, with the operation's reduce kernel.
+  Pending recvReduce(int peer, void* dst, const void* src, size_t bytes);
+
+  // co_await ctx.wait(a, b, ...): suspends until all are done. Posted but
+  // unawaited transfers keep progressing while the task waits.
+  struct WaitAwaiter {
+    ExecCtx* ctx;
+    bool await_ready() const { return ctx->error_.ok() && ctx->waitsDone(); }
+    void await_suspend(std::coroutine_handle<> h) { ctx->resume_ = h; }
+    void await_resume() const {}
+  };
+  // (Fixed-arity overloads: g++ 12 miscompiles initializer_list temporaries
+  // inside co_await expressions.)
+  WaitAwaiter wait(const Pending& a);
+  WaitAwaiter wait(const Pending& a, const Pending& b);
+  WaitAwaiter waitAll(const std::vector<Pending>& ps);
+
+  // ---- Local work ----
+  void reduce(void* dst, const void* a, const void* b, size_t count) const {
+    args_.reduce(dst, a, b, count);
+  }
+  void copy(void* dst, const void* src, size_t bytes) const;
+  // Scratch memory of the given size, 64-byte aligned, owned by the context
+  // and valid until the operation ends.
+  void* scratch(size_t bytes);
+
+  // ---- Executor side ----
+  const Status& error() const { return error_; }
+  void setError(Status s) {
+    if (error_.ok()) error_ = std::move(s);
+  }
+  bool waitsDone() const;
+  std::coroutine_handle<> takeResume() { return std::exchange(resume_, {}); }
+  bool hasResume() const { return static_cast<bool>(resume_); }
+  // Connections with posted, possibly incomplete transfers.
+  std::vector<Connection*>& active() { return active_; }
+  const std::vector<Pending>& waits() const { return waits_; }
+
+ private:
+  Pending post(int peer, bool isSend, const void* sbuf, void* rbuf, size_t bytes,
+               const RecvReduce* rr);
+  Connection* conn(int peer) const;
+
+  CollArgs args_;
+  int rank_;
+  int nranks_;
+  Connection* const* conns_;
+  int channel_;
+  const KernelTable* kernels_;
+  size_t chunkBytes_;
+  Status error_;
+  std::coroutine_handle<> resume_;
+  std::vector<Pending> waits_;
+  std::vector<Connection*> active_;
+  std::vector<void*> scratch_;
+
+ public:
+  ~ExecCtx();
+};
+
+// Registry entry of an algorithm (see core/registry.h). Readable tables:
+// name (what TIDE_ALGO matches, case-insensitively), one-line description,
+// the collectives it implements.
+struct AlgorithmInfo {
+  const char* name;
+  const char* description;
+  uint32_t collMask;  // collBit(...) of the collectives it implements
+  // May be null (= always). Whether it can run `args` on nranks ranks.
+  bool (*supports)(const CollArgs& args, int nranks);
+  // Builds the coroutine that performs the operation.
+  Task (*run)(ExecCtx& ctx);
+};
+
+}  // namespace tide

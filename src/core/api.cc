@@ -1,0 +1,354 @@
+// The C API: every extern "C" entry point goes through guarded(), which turns
+// Status into tideResult_t, records the last error (per thread and per
+// communicator) and never lets an exception cross the C boundary.
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/enqueue.h"
+#include "core/env_init.h"
+#include "core/log.h"
+#include "tide/tide.h"
+#include "tide_build_config.h"
+
+#define TIDE_API extern "C" __attribute__((visibility("default")))
+
+using tide::Status;
+
+namespace {
+
+thread_local std::string tLastError;
+thread_local std::string tLastErrorCopy;
+
+void recordError(const char* fn, tideComm* comm, const Status& s) {
+  std::string msg = std::string(fn) + ": " + s.message();
+  tLastError = msg;
+  if (comm != nullptr) {
+    std::lock_guard<std::mutex> lock(comm->errMu);
+    comm->lastError = msg;
+  }
+  TIDE_WARN("%s failed: %s (%s)", fn, tideGetErrorString(s.code()), s.message().c_str());
+}
+
+template <class F>
+tideResult_t guarded(const char* fn, tideComm* comm, F&& body) {
+  Status s;
+  try {
+    s = body();
+  } catch (const std::bad_alloc&) {
+    s = tide::systemError("out of memory");
+  } catch (const std::exception& e) {
+    s = tide::internalError("unexpected exception: %s", e.what());
+  } catch (...) {
+    s = tide::internalError("unexpected exception");
+  }
+  if (!s.ok() && s.code() != tideInProgress) recordError(fn, comm, s);
+  return s.code();
+}
+
+// For calls that use an existing communicator: counts the call as a user so
+// a concurrent tideCommAbort frees nothing under it.
+template <class F>
+tideResult_t commCall(const char* fn, tideComm* comm, F&& body) {
+  if (comm == nullptr) {
+    return guarded(fn, nullptr, [&] { return tide::invalidArgument("comm is NULL"); });
+  }
+  comm->users.fetch_add(1);
+  tideResult_t r = guarded(fn, comm, body);
+  comm->users.fetch_sub(1);
+  return r;
+}
+
+void waitUnused(tideComm* comm) {
+  while (comm->users.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+void freeComm(tideComm* comm) {
+  if (comm->initThread.joinable()) comm->initThread.join();
+  waitUnused(comm);
+  tide::teardownCommunicator(comm);
+  delete comm;
+}
+
+tide::Status initRank(tideComm_t* out, int nranks, const tideUniqueId& commId, int rank,
+                      const tideConfig_t* config) {
+  if (out == nullptr) return tide::invalidArgument("comm pointer is NULL");
+  *out = nullptr;
+  if (nranks < 1) return tide::invalidArgument("nranks %d < 1", nranks);
+  if (rank < 0 || rank >= nranks) return tide::invalidArgument("rank %d not in [0, %d)", rank, nranks);
+  tide::UniqueIdData id;
+  TIDE_TRY(tide::decodeUniqueId(commId, &id));
+  auto* c = new tideComm();
+  bool blocking = true;
+  Status s = tide::applyConfig(c, config, &blocking);
+  if (!s.ok()) {
+    delete c;
+    return s;
+  }
+  tide::parseAlgoChoice(c);
+  if (!blocking) {
+    c->initThread = std::thread([c, id, nranks, rank] {
+      Status st = tide::initCommunicator(c, id, nranks, rank);
+      if (!st.ok()) {
+        c->setAsyncError(st);
+        std::lock_guard<std::mutex> lock(c->errMu);
+        c->lastError = "tideCommInitRankConfig: " + st.message();
+      }
+      c->initState = st.ok() ? tideSuccess : st.code();
+    });
+    *out = c;
+    return Status(tideInProgress, "");
+  }
+  s = tide::initCommunicator(c, id, nranks, rank);
+  if (!s.ok()) {
+    tide::teardownCommunicator(c);
+    delete c;
+    return s;
+  }
+  c->initState = tideSuccess;
+  *out = c;
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- Errors and version ----------------------------------------------------------
+
+TIDE_API const char* tideGetErrorString(tideResult_t r) {
+  switch (r) {
+    case tideSuccess:
+      return "no error";
+    case tideUnhandledDeviceError:
+      return "unhandled device (CUDA) error";
+    case tideSystemError:
+      return "unhandled system error (socket, memory, shared memory)";
+    case tideInternalError:
+      return "internal error - please report this issue to the Tide developers";
+    case tideInvalidArgument:
+      return "invalid argument";
+    case tideInvalidUsage:
+      return "invalid usage";
+    case tideRemoteError:
+      return "remote process exited or there was a network error";
+    case tideInProgress:
+      return "operation in progress";
+    case tideTimeout:
+      return "timeout: no progress from a peer";
+    default:
+      return "unknown result code";
+  }
+}
+
+TIDE_API const char* tideGetLastError(tideComm_t comm) {
+  if (comm != nullptr) {
+    std::lock_guard<std::mutex> lock(comm->errMu);
+    tLastErrorCopy = comm->lastError;
+  } else {
+    tLastErrorCopy = tLastError;
+  }
+  return tLastErrorCopy.c_str();
+}
+
+TIDE_API tideResult_t tideGetVersion(int* version) {
+  return guarded("tideGetVersion", nullptr, [&] {
+    if (version == nullptr) return tide::invalidArgument("version is NULL");
+    *version = TIDE_VERSION_CODE;
+    return Status::Ok();
+  });
+}
+
+// ---- Communicators ---------------------------------------------------------------
+
+TIDE_API tideResult_t tideGetUniqueId(tideUniqueId* uniqueId) {
+  return guarded("tideGetUniqueId", nullptr, [&]() -> Status {
+    if (uniqueId == nullptr) return tide::invalidArgument("uniqueId is NULL");
+    tide::UniqueIdData data;
+    std::string commId = tide::knobString(tide::Knob::CommId);
+    if (!commId.empty()) {
+      TIDE_TRY(tide::parseHostPort(commId, &data.root));
+      tide::secretFromEnvironment(data.secret, &data.authenticated);
+      data.rank0StartsRoot = true;
+    } else {
+      TIDE_TRY(tide::defaultRootAddress(&data.root));
+      TIDE_TRY(tide::randomBytes(data.secret, sizeof(data.secret)));
+      data.authenticated = true;
+      TIDE_TRY(tide::startBootstrapRoot(&data));
+    }
+    tide::encodeUniqueId(data, uniqueId);
+    return Status::Ok();
+  });
+}
+
+TIDE_API tideResult_t tideCommInitRank(tideComm_t* comm, int nranks, tideUniqueId commId,
+                                       int rank) {
+  return guarded("tideCommInitRank", nullptr,
+                 [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+}
+
+TIDE_API tideResult_t tideCommInitRankConfig(tideComm_t* comm, int nranks, tideUniqueId commId,
+                                             int rank, tideConfig_t* config) {
+  return guarded("tideCommInitRankConfig", nullptr,
+                 [&] { return initRank(comm, nranks, commId, rank, config); });
+}
+
+TIDE_API tideResult_t tideCommInitFromEnv(tideComm_t* comm) {
+  return guarded("tideCommInitFromEnv", nullptr, [&]() -> Status {
+    if (comm == nullptr) return tide::invalidArgument("comm pointer is NULL");
+    return tide::initFromEnvironment(comm);
+  });
+}
+
+TIDE_API tideResult_t tideCommSplit(tideComm_t comm, int color, int key, tideComm_t* newcomm,
+                                    tideConfig_t* config) {
+  return commCall("tideCommSplit", comm, [&]() -> Status {
+    if (newcomm == nullptr) return tide::invalidArgument("newcomm is NULL");
+    *newcomm = nullptr;
+    if (comm->initState.load() != tideSuccess)
+      return tide::invalidUsage("communicator is not initialized");
+    TIDE_TRY(comm->stickyError());
+    return tide::splitCommunicator(comm, color, key, newcomm, config);
+  });
+}
+
+TIDE_API tideResult_t tideCommDestroy(tideComm_t comm) {
+  return guarded("tideCommDestroy", nullptr, [&]() -> Status {
+    if (comm == nullptr) return tide::invalidArgument("comm is NULL");
+    freeComm(comm);
+    return Status::Ok();
+  });
+}
+
+TIDE_API tideResult_t tideCommAbort(tideComm_t comm) {
+  return guarded("tideCommAbort", nullptr, [&]() -> Status {
+    if (comm == nullptr) return Status::Ok();
+    comm->abortFlag.store(true);
+    comm->bell->ring();
+    freeComm(comm);
+    return Status::Ok();
+  });
+}
+
+TIDE_API tideResult_t tideCommCount(const tideComm_t comm, int* count) {
+  return commCall("tideCommCount", comm, [&]() -> Status {
+    if (count == nullptr) return tide::invalidArgument("count is NULL");
+    *count = comm->nranks;
+    return Status::Ok();
+  });
+}
+
+TIDE_API tideResult_t tideCommUserRank(const tideComm_t comm, int* rank) {
+  return commCall("tideCommUserRank", comm, [&]() -> Status {
+    if (rank == nullptr) return tide::invalidArgument("rank is NULL");
+    *rank = comm->rank;
+    return Status::Ok();
+  });
+}
+
+TIDE_API tideResult_t tideCommGetAsyncError(tideComm_t comm, tideResult_t* asyncError) {
+  return commCall("tideCommGetAsyncError", comm, [&]() -> Status {
+    if (asyncError == nullptr) return tide::invalidArgument("asyncError is NULL");
+    int st = comm->initState.load();
+    if (st != tideSuccess) {
+      *asyncError = static_cast<tideResult_t>(st);
+    } else {
+      *asyncError = comm->stickyError().code();
+    }
+    return Status::Ok();
+  });
+}
+
+// ---- Streams ------------------------------------------------------------------------
+
+TIDE_API tideResult_t tideStreamCreate(tideStream_t* stream) {
+  return guarded("tideStreamCreate", nullptr, [&]() -> Status {
+    if (stream == nullptr) return tide::invalidArgument("stream is NULL");
+    return tideStreamCreateImpl(stream);
+  });
+}
+
+TIDE_API tideResult_t tideStreamSynchronize(tideStream_t stream) {
+  return guarded("tideStreamSynchronize", nullptr, [&]() -> Status {
+    if (stream == nullptr) return Status::Ok();  // NULL stream work is already complete
+    return tideStreamSynchronizeImpl(stream);
+  });
+}
+
+TIDE_API tideResult_t tideStreamQuery(tideStream_t stream) {
+  return guarded("tideStreamQuery", nullptr, [&]() -> Status {
+    if (stream == nullptr) return Status::Ok();
+    return tideStreamQueryImpl(stream);
+  });
+}
+
+TIDE_API tideResult_t tideStreamDestroy(tideStream_t stream) {
+  return guarded("tideStreamDestroy", nullptr, [&]() -> Status {
+    if (stream == nullptr) return tide::invalidArgument("stream is NULL");
+    return tideStreamDestroyImpl(stream);
+  });
+}
+
+// ---- Collectives and point to point ------------------------------------------------------
+
+#define TIDE_ISSUE(fn, type, sb, rb, cnt, dt, op, root)                                    \
+  commCall(fn, comm, [&] {                                                                  \
+    return tide::issueOp(comm, stream, tide::CollType::type, sb, rb, cnt, dt, op, root);   \
+  })
+
+TIDE_API tideResult_t tideAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    tideDataType_t datatype, tideRedOp_t op, tideComm_t comm,
+                                    tideStream_t stream) {
+  return TIDE_ISSUE("tideAllReduce", AllReduce, sendbuff, recvbuff, count, datatype, op, 0);
+}
+
+TIDE_API tideResult_t tideBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    tideDataType_t datatype, int root, tideComm_t comm,
+                                    tideStream_t stream) {
+  return TIDE_ISSUE("tideBroadcast", Broadcast, sendbuff, recvbuff, count, datatype, 0, root);
+}
+
+TIDE_API tideResult_t tideReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 tideDataType_t datatype, tideRedOp_t op, int root,
+                                 tideComm_t comm, tideStream_t stream) {
+  return TIDE_ISSUE("tideReduce", Reduce, sendbuff, recvbuff, count, datatype, op, root);
+}
+
+TIDE_API tideResult_t tideAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    tideDataType_t datatype, tideComm_t comm,
+                                    tideStream_t stream) {
+  return TIDE_ISSUE("tideAllGather", AllGather, sendbuff, recvbuff, sendcount, datatype, 0, 0);
+}
+
+TIDE_API tideResult_t tideReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        tideDataType_t datatype, tideRedOp_t op,
+                                        tideComm_t comm, tideStream_t stream) {
+  return TIDE_ISSUE("tideReduceScatter", ReduceScatter, sendbuff, recvbuff, recvcount, datatype,
+                    op, 0);
+}
+
+TIDE_API tideResult_t tideAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   tideDataType_t datatype, tideComm_t comm,
+                                   tideStream_t stream) {
+  return TIDE_ISSUE("tideAlltoAll", AlltoAll, sendbuff, recvbuff, count, datatype, 0, 0);
+}
+
+TIDE_API tideResult_t tideSend(const void* sendbuff, size_t count, tideDataType_t datatype,
+                               int peer, tideComm_t comm, tideStream_t stream) {
+  return TIDE_ISSUE("tideSend", Send, sendbuff, nullptr, count, datatype, 0, peer);
+}
+
+TIDE_API tideResult_t tideRecv(void* recvbuff, size_t count, tideDataType_t datatype, int peer,
+                               tideComm_t comm, tideStream_t stream) {
+  return TIDE_ISSUE("tideRecv", Recv, nullptr, recvbuff, count, datatype, 0, peer);
+}
+
+TIDE_API tideResult_t tideGroupStart(void) {
+  return guarded("tideGroupStart", nullptr, [] { return tide::groupStart(); });
+}
+
+TIDE_API tideResult_t tideGroupEnd(void) {
+  return guarded("tideGroupEnd", nullptr, [] { return tide::groupEnd(); });
+}

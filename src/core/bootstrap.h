@@ -1,0 +1,80 @@
+// Bootstrap: how the ranks of a communicator find each other.
+//
+// Each rank connects to the root named in the unique id, proves the job
+// secret (challenge-response, core/auth.h) and announces its own listening
+// address; once all nranks have arrived the root sends everyone the address
+// table and exits. Ranks then form a ring of authenticated TCP connections
+// (connect to rank+1, accept from rank-1) used for the setup collectives
+// (allGather, barrier) of communicator creation.
+//
+// Not thread-safe: one thread uses a Bootstrap at a time. Every wait is
+// bounded by the timeout and polls the abort flag.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/socket.h"
+#include "core/status.h"
+#include "core/unique_id.h"
+
+namespace tide {
+
+class Bootstrap {
+ public:
+  static Status create(const UniqueIdData& id, int rank, int nranks, int timeoutSec,
+                       const std::atomic<bool>* abortFlag, std::unique_ptr<Bootstrap>* out);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  // `all` holds nranks blocks of `bytes`; block rank() is this rank's input.
+  Status allGather(void* all, size_t bytes);
+  Status barrier();
+  // The address this rank used to reach the root (text, no port).
+  const std::string& localAddress() const { return localAddress_; }
+
+ private:
+  Bootstrap() = default;
+  Status exchange(const void* sbuf, void* rbuf, size_t bytes);
+
+  int rank_ = 0;
+  int nranks_ = 1;
+  int timeoutSec_ = 0;
+  const std::atomic<bool>* abort_ = nullptr;
+  std::string localAddress_;
+  Socket next_;  // to rank + 1
+  Socket prev_;  // from rank - 1
+};
+
+// ---- Wire format shared by the root and the ranks --------------------------------
+
+// Fixed-size portable form of a socket address.
+struct WireAddr {
+  uint16_t family = 0;
+  uint16_t port = 0;
+  uint8_t addr[16] = {};
+};
+WireAddr toWire(const SockAddr& a);
+SockAddr fromWire(const WireAddr& w);
+
+constexpr uint64_t kBootMagic = 0x74696465426f6f74ull;  // "tideBoot"
+constexpr uint32_t kBootVersion = 1;
+
+struct BootChallenge {
+  uint64_t magic = kBootMagic;
+  uint8_t nonce[kNonceBytes] = {};
+};
+
+struct BootHello {
+  uint64_t magic = kBootMagic;
+  uint32_t version = kBootVersion;
+  int32_t rank = -1;
+  int32_t nranks = 0;
+  uint32_t reserved = 0;
+  WireAddr listen;
+  uint8_t proof[32] = {};
+};
+
+}  // namespace tide

@@ -1,0 +1,229 @@
+// Communicator creation, split and teardown.
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/registry.h"
+#include "core/topology.h"
+
+void tideComm::setAsyncError(const tide::Status& s) {
+  std::lock_guard<std::mutex> lock(errMu);
+  if (asyncError.ok()) asyncError = s;
+}
+
+tide::Status tideComm::stickyError() {
+  std::lock_guard<std::mutex> lock(errMu);
+  return asyncError;
+}
+
+namespace tide {
+
+namespace {
+
+uint64_t hash64(const void* data, size_t len) {
+  Digest d = sha256(data, len);
+  uint64_t h;
+  memcpy(&h, d.data(), sizeof(h));
+  return h;
+}
+
+std::string hex32(uint64_t v) {
+  char buf[16];
+  snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(v & 0xffffffffu));
+  return buf;
+}
+
+// SetupContext over the communicator's bootstrap.
+class CommSetup final : public SetupContext {
+ public:
+  explicit CommSetup(tideComm* c) : c_(c) {}
+  int rank() const override { return c_->rank; }
+  int nranks() const override { return c_->nranks; }
+  const std::vector<PeerInfo>& peers() const override { return c_->peers; }
+  Status allGather(const void* mine, size_t bytes, void* all) override {
+    memcpy(static_cast<char*>(all) + static_cast<size_t>(c_->rank) * bytes, mine, bytes);
+    return c_->bootstrap->allGather(all, bytes);
+  }
+  Status barrier() override { return c_->bootstrap->barrier(); }
+  const uint8_t* secret() const override { return c_->id.secret; }
+  std::string resourcePrefix() const override {
+    std::string job = knobString(Knob::JobId);
+    return "tide-" + (job.empty() ? std::string("p") : job) + "-" + hex32(c_->commHash);
+  }
+  std::string localAddress() const override { return c_->bootstrap->localAddress(); }
+  void installDoorbell(Doorbell* bell) override { c_->bell = bell; }
+  Doorbell* doorbell() const override { return c_->bell; }
+  const std::atomic<bool>& abortFlag() const override { return c_->abortFlag; }
+  int timeoutSeconds() const override { return c_->timeoutSec; }
+
+ private:
+  tideComm* c_;
+};
+
+Status localPeerInfo(int rank, PeerInfo* info) {
+  info->rank = rank;
+  info->pid = getpid();
+  std::string identity;
+  const TopologyProvider* topo = topologyProvider();
+  if (topo != nullptr) {
+    TIDE_TRY(topo->nodeIdentity(&identity));
+  } else {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    identity = knobIsSet(Knob::HostId) ? knobString(Knob::HostId) : host;
+  }
+  info->hostHash = hash64(identity.data(), identity.size());
+  snprintf(info->host, sizeof(info->host), "%s", identity.c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int rank) {
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->id = id;
+  tideUniqueId raw;
+  encodeUniqueId(id, &raw);
+  comm->commHash = hash64(raw.internal, sizeof(raw.internal));
+  setLogRank(rank);
+
+  if (id.rank0StartsRoot && rank == 0) {
+    UniqueIdData rootId = id;
+    TIDE_TRY(startBootstrapRoot(&rootId));
+  }
+  TIDE_TRY(Bootstrap::create(id, rank, nranks, comm->timeoutSec, &comm->abortFlag,
+                             &comm->bootstrap));
+
+  // Who is where.
+  comm->peers.assign(nranks, PeerInfo{});
+  PeerInfo me;
+  TIDE_TRY(localPeerInfo(rank, &me));
+  comm->peers[rank] = me;
+  TIDE_TRY(comm->bootstrap->allGather(comm->peers.data(), sizeof(PeerInfo)));
+
+  // Pick a transport per peer: the highest-priority one that can connect.
+  const auto& transports = registeredTransports();
+  std::vector<std::vector<int>> peersOf(transports.size());
+  comm->transportOf.assign(nranks, "none");
+  for (int p = 0; p < nranks; ++p) {
+    size_t t = 0;
+    while (t < transports.size() && !transports[t]->canConnect(me, comm->peers[p])) ++t;
+    if (t == transports.size())
+      return internalError("no transport can connect rank %d to rank %d", rank, p);
+    peersOf[t].push_back(p);
+    comm->transportOf[p] = transports[t]->name();
+  }
+  comm->conns.assign(static_cast<size_t>(nranks) * kNumChannels, nullptr);
+  CommSetup setup(comm);
+  for (size_t t = 0; t < transports.size(); ++t) {
+    std::vector<std::unique_ptr<Connection>> out;
+    Status s = transports[t]->connect(setup, peersOf[t], &out);
+    if (!s.ok()) {
+      s.addFrame(__FILE__, __LINE__);
+      return makeStatus(s.code(), "transport %s: %s", transports[t]->name(), s.message().c_str());
+    }
+    if (out.size() != peersOf[t].size() * kNumChannels)
+      return internalError("transport %s built %zu connections for %zu peers",
+                           transports[t]->name(), out.size(), peersOf[t].size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      int peer = peersOf[t][i / kNumChannels];
+      comm->conns[peer * kNumChannels + i % kNumChannels] = out[i].get();
+      comm->owned.push_back(std::move(out[i]));
+    }
+  }
+  TIDE_TRY(comm->bootstrap->barrier());
+  if (logLevel() >= LogLevel::Info) {
+    std::string summary;
+    for (int p = 0; p < nranks; ++p) {
+      summary += " " + std::to_string(p) + ":" + comm->transportOf[p];
+    }
+    TIDE_INFO("comm %08x rank %d/%d on %s ready; transports%s",
+              static_cast<unsigned>(comm->commHash), rank, nranks, me.host, summary.c_str());
+  }
+  return Status::Ok();
+}
+
+void teardownCommunicator(tideComm* comm) {
+  comm->bell = &comm->privateBell;  // the shm doorbell dies with the connections
+  comm->owned.clear();
+  comm->conns.clear();
+  comm->bootstrap.reset();
+}
+
+Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking) {
+  *blocking = true;
+  comm->timeoutSec = static_cast<int>(knobInt(Knob::Timeout));
+  comm->chunkBytes = knobSize(Knob::ChunkSize);
+  comm->wait.spinUs = static_cast<int>(knobInt(Knob::SpinUs));
+  comm->wait.yieldUs = static_cast<int>(knobInt(Knob::YieldUs));
+  if (config != nullptr) {
+    if (config->magic != TIDE_CONFIG_MAGIC)
+      return invalidArgument("config was not initialised with TIDE_CONFIG_INITIALIZER");
+    if (config->size < offsetof(tideConfig_t, reserved))
+      return invalidArgument("config size %zu is too small", config->size);
+    if (config->blocking != TIDE_CONFIG_UNDEF_INT) *blocking = config->blocking != 0;
+    if (config->timeoutSeconds != TIDE_CONFIG_UNDEF_INT)
+      comm->timeoutSec = config->timeoutSeconds < 0 ? 0 : config->timeoutSeconds;
+    if (config->commName) comm->name = config->commName;
+  }
+  return Status::Ok();
+}
+
+Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
+                         const tideConfig_t* config) {
+  *newcomm = nullptr;
+  if (color < 0 && color != TIDE_SPLIT_NOCOLOR)
+    return invalidArgument("color %d is negative (only TIDE_SPLIT_NOCOLOR may be)", color);
+  struct Entry {
+    int32_t color, key;
+  };
+  std::vector<Entry> all(comm->nranks);
+  all[comm->rank] = {color, key};
+  TIDE_TRY(comm->bootstrap->allGather(all.data(), sizeof(Entry)));
+  std::vector<int> members;
+  for (int r = 0; r < comm->nranks; ++r) {
+    if (color != TIDE_SPLIT_NOCOLOR && all[r].color == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[a].key != all[b].key ? all[a].key < all[b].key : a < b;
+  });
+  bool leader = !members.empty() && members.front() == comm->rank;
+  std::vector<tideUniqueId> ids(comm->nranks);
+  if (leader) {
+    UniqueIdData nid;
+    TIDE_TRY(resolveAddress(comm->bootstrap->localAddress(), 0, &nid.root));
+    memcpy(nid.secret, comm->id.secret, kSecretBytes);
+    nid.authenticated = comm->id.authenticated;
+    TIDE_TRY(startBootstrapRoot(&nid));
+    encodeUniqueId(nid, &ids[comm->rank]);
+  }
+  TIDE_TRY(comm->bootstrap->allGather(ids.data(), sizeof(tideUniqueId)));
+  if (color == TIDE_SPLIT_NOCOLOR) return Status::Ok();
+  int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) -
+                                 members.begin());
+  UniqueIdData nid;
+  TIDE_TRY(decodeUniqueId(ids[members.front()], &nid));
+  auto* c = new tideComm();
+  bool blocking = true;
+  Status s = applyConfig(c, config, &blocking);
+  if (s.ok()) s = initCommunicator(c, nid, static_cast<int>(members.size()), newRank);
+  if (!s.ok()) {
+    teardownCommunicator(c);
+    delete c;
+    return s;
+  }
+  c->algo = comm->algo;
+  c->initState = tideSuccess;
+  setLogRank(comm->rank);
+  *newcomm = c;
+  return Status::Ok();
+}
+
+}  // namespace tide

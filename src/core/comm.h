@@ -1,0 +1,97 @@
+// The communicator object behind tideComm_t.
+//
+// Ownership: created by tideCommInitRank*/Split, freed by Destroy/Abort.
+// Connections, the bootstrap and scratch belong to it.
+// Thread-safety: the API functions of one communicator are called by one
+// thread at a time (NCCL's rule), except abort/asyncError/lastError which use
+// the atomic and mutex-protected fields below. Work on a communicator runs in
+// issue order: each job takes a ticket per communicator at issue time and
+// runs only after all lower tickets are done (core/enqueue.cc).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/algorithm.h"
+#include "core/bootstrap.h"
+#include "core/executor.h"
+#include "core/status.h"
+#include "core/transport.h"
+#include "core/unique_id.h"
+
+namespace tide {
+
+// Per-collective algorithm/protocol choices parsed from TIDE_ALGO/TIDE_PROTO.
+struct AlgoChoice {
+  const AlgorithmInfo* forced[static_cast<int>(CollType::kCount)] = {};
+};
+
+}  // namespace tide
+
+struct tideComm {
+  // ---- Identity (immutable after init) ----
+  int rank = 0;
+  int nranks = 1;
+  uint64_t commHash = 0;  // printable id for logs
+  std::string name;       // config commName or ""
+  tide::UniqueIdData id;  // the id it was created from (split reuses the secret)
+  std::vector<tide::PeerInfo> peers;
+  std::vector<const char*> transportOf;  // per peer, for logs
+
+  // ---- Connections ----
+  std::unique_ptr<tide::Bootstrap> bootstrap;
+  std::vector<std::unique_ptr<tide::Connection>> owned;
+  std::vector<tide::Connection*> conns;  // [peer * kNumChannels + channel]
+  tide::Doorbell privateBell;
+  tide::Doorbell* bell = &privateBell;
+
+  // ---- Tuning (read at init) ----
+  size_t chunkBytes = 256 << 10;
+  int timeoutSec = 0;
+  tide::WaitTuning wait;
+  tide::AlgoChoice algo;
+
+  // ---- State ----
+  std::atomic<bool> abortFlag{false};
+  std::atomic<int> initState{tideInProgress};  // tideSuccess once usable, or an error
+  std::thread initThread;                     // non-blocking init
+
+  std::mutex errMu;
+  tide::Status asyncError;  // sticky communication error
+  std::string lastError;    // detail of the last failing call on this comm
+
+  // Issue-order execution (see enqueue.cc).
+  std::mutex execMu;
+  std::condition_variable execCv;
+  uint64_t nextTicket = 0;
+  uint64_t doneTicket = 0;
+  uint64_t opCount = 0;  // sequence numbers for error messages
+  // API calls and queued jobs currently using the communicator; abort waits
+  // for it to drop to zero before freeing anything.
+  std::atomic<int> users{0};
+
+  // Records a communication error (first one sticks).
+  void setAsyncError(const tide::Status& s);
+  tide::Status stickyError();
+};
+
+namespace tide {
+
+// Creates a communicator (blocking part of init). Runs on the caller's thread
+// or on comm->initThread for non-blocking init.
+Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int rank);
+// Releases everything the communicator owns (not the object itself).
+void teardownCommunicator(tideComm* comm);
+// tideCommSplit's collective part.
+Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
+                         const tideConfig_t* config);
+// Applies a config (after validation) and environment knobs to a new comm.
+Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking);
+
+}  // namespace tide

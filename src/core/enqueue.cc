@@ -1,0 +1,297 @@
+// Validation, lowering, algorithm choice, groups and job submission.
+#include "core/enqueue.h"
+
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/config.h"
+#include "core/job.h"
+#include "core/log.h"
+#include "core/registry.h"
+
+namespace tide {
+
+const char* collName(CollType t) {
+  static const char* const kNames[] = {"allreduce",     "broadcast", "reduce", "allgather",
+                                       "reducescatter", "alltoall",  "send",   "recv"};
+  return t < CollType::kCount ? kNames[static_cast<int>(t)] : "invalid";
+}
+
+namespace {
+
+// ---- Algorithm choice ------------------------------------------------------------
+
+bool reduces(CollType t) {
+  return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter;
+}
+
+void warnOnce(const std::string& msg) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(msg).second) TIDE_WARN("%s", msg.c_str());
+}
+
+const AlgorithmInfo* findAlgo(const std::string& name, CollType t) {
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    if (strcasecmp(a->name, name.c_str()) == 0 && (a->collMask & collBit(t))) return a;
+  }
+  return nullptr;
+}
+
+bool knownAlgoName(const std::string& name) {
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    if (strcasecmp(a->name, name.c_str()) == 0) return true;
+  }
+  return false;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  size_t e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// Splits "allreduce:ring;broadcast:ring" or "ring" into (coll or "", name).
+std::vector<std::pair<std::string, std::string>> parseSpec(const std::string& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(';', pos);
+    std::string item = trim(spec.substr(pos, end == std::string::npos ? end : end - pos));
+    if (!item.empty()) {
+      size_t colon = item.find(':');
+      if (colon == std::string::npos) {
+        out.emplace_back("", item);
+      } else {
+        out.emplace_back(trim(item.substr(0, colon)), trim(item.substr(colon + 1)));
+      }
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+bool collFromName(const std::string& name, CollType* out) {
+  for (int t = 0; t < static_cast<int>(CollType::Send); ++t) {
+    if (strcasecmp(name.c_str(), collName(static_cast<CollType>(t))) == 0) {
+      *out = static_cast<CollType>(t);
+      return true;
+    }
+  }
+  return false;
+}
+
+const AlgorithmInfo* autoAlgo(const CollArgs& args, int nranks) {
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    if (!(a->collMask & collBit(args.type))) continue;
+    if (a->supports == nullptr || a->supports(args, nranks)) return a;
+  }
+  return nullptr;
+}
+
+// ---- Groups ----------------------------------------------------------------------
+
+struct GroupState {
+  int depth = 0;
+  std::vector<OpDesc> ops;
+  Status firstError;
+};
+thread_local GroupState tGroup;
+
+std::mutex gIssueMu;  // ticket assignment and stream queueing happen atomically
+
+Status submit(std::vector<OpDesc> ops) {
+  if (ops.empty()) return Status::Ok();
+  auto job = std::make_shared<Job>();
+  job->ops = std::move(ops);
+  std::vector<tideStream*> streams;
+  bool anyNull = false;
+  {
+    std::lock_guard<std::mutex> lock(gIssueMu);
+    for (OpDesc& op : job->ops) {
+      bool seen = false;
+      for (auto& t : job->tickets) seen |= (t.first == op.comm);
+      if (!seen) {
+        std::lock_guard<std::mutex> cl(op.comm->execMu);
+        job->tickets.emplace_back(op.comm, op.comm->nextTicket++);
+        op.comm->users.fetch_add(1);
+      }
+      if (op.stream == nullptr) {
+        anyNull = true;
+      } else if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
+        streams.push_back(op.stream);
+      }
+    }
+    for (tideStream* s : streams) streamEnqueue(s, job);
+  }
+  if (!anyNull) return Status::Ok();
+  if (job->claim()) {
+    executeJob(*job);
+  } else {
+    job->waitDone();
+  }
+  return job->result;
+}
+
+// ---- Validation ---------------------------------------------------------------------
+
+Status validate(tideComm* comm, CollType type, const void* sendbuff, void* recvbuff,
+                size_t count, int dtype, int op, int root) {
+  if (comm == nullptr) return invalidArgument("%s: comm is NULL", collName(type));
+  int st = comm->initState.load();
+  if (st == tideInProgress)
+    return invalidUsage("%s: communicator initialization is still in progress", collName(type));
+  if (st != tideSuccess) return makeStatus(static_cast<tideResult_t>(st),
+                                           "%s: communicator failed to initialize", collName(type));
+  Status sticky = comm->stickyError();
+  if (!sticky.ok()) return sticky;
+  if (comm->abortFlag.load()) return invalidUsage("%s: communicator was aborted", collName(type));
+  if (!dtypeValid(dtype)) return invalidArgument("%s: invalid datatype %d", collName(type), dtype);
+  if (reduces(type) && !opValid(op))
+    return invalidArgument("%s: invalid reduction op %d", collName(type), op);
+  int n = comm->nranks;
+  bool rooted = type == CollType::Broadcast || type == CollType::Reduce;
+  bool p2p = type == CollType::Send || type == CollType::Recv;
+  if ((rooted || p2p) && (root < 0 || root >= n))
+    return invalidArgument("%s: %s %d out of range [0, %d)", collName(type),
+                           p2p ? "peer" : "root", root, n);
+  size_t esize = dtypeSize(static_cast<tideDataType_t>(dtype));
+  size_t mult = (type == CollType::AllGather || type == CollType::ReduceScatter ||
+                 type == CollType::AlltoAll)
+                    ? static_cast<size_t>(n)
+                    : 1;
+  if (count > SIZE_MAX / esize / mult || count * esize * mult > (SIZE_MAX >> 1))
+    return invalidArgument("%s: count %zu x %zu bytes x %zu overflows", collName(type), count,
+                           esize, mult);
+  if (count == 0) return Status::Ok();
+  bool me = comm->rank == root;
+  bool needSend = type != CollType::Recv && (type != CollType::Broadcast || me);
+  bool needRecv = type != CollType::Send && (type != CollType::Reduce || me);
+  if (needSend && sendbuff == nullptr)
+    return invalidArgument("%s: sendbuff is NULL with count %zu", collName(type), count);
+  if (needRecv && recvbuff == nullptr)
+    return invalidArgument("%s: recvbuff is NULL with count %zu", collName(type), count);
+  if (type == CollType::AlltoAll && sendbuff == recvbuff)
+    return invalidArgument("alltoall: in-place operation is not supported");
+  return Status::Ok();
+}
+
+}  // namespace
+
+void parseAlgoChoice(tideComm* comm) {
+  comm->algo = AlgoChoice{};
+  std::string spec = knobString(Knob::Algo);
+  for (auto& [coll, name] : parseSpec(spec)) {
+    if (!knownAlgoName(name)) {
+      warnOnce("TIDE_ALGO: unknown algorithm \"" + name + "\"; using the automatic choice");
+      continue;
+    }
+    for (int t = 0; t < static_cast<int>(CollType::Send); ++t) {
+      auto ct = static_cast<CollType>(t);
+      CollType want;
+      if (!coll.empty()) {
+        if (!collFromName(coll, &want)) {
+          warnOnce("TIDE_ALGO: unknown collective \"" + coll + "\"");
+          break;
+        }
+        if (want != ct) continue;
+      }
+      const AlgorithmInfo* a = findAlgo(name, ct);
+      if (a != nullptr) {
+        comm->algo.forced[t] = a;
+      } else if (!coll.empty()) {
+        warnOnce("TIDE_ALGO: \"" + name + "\" does not apply to " + collName(ct) +
+                 "; using the automatic choice");
+      } else {
+        warnOnce(std::string("TIDE_ALGO: \"") + name + "\" does not apply to " + collName(ct) +
+                 "; using the automatic choice there");
+      }
+    }
+  }
+  for (auto& [coll, name] : parseSpec(knobString(Knob::Proto))) {
+    if (strcasecmp(name.c_str(), "simple") != 0)
+      warnOnce("TIDE_PROTO: protocol \"" + name + "\" is not available; using simple");
+  }
+}
+
+Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
+               void* recvbuff, size_t count, int dtype, int op, int root) {
+  Status v = validate(comm, type, sendbuff, recvbuff, count, dtype, op, root);
+  if (!v.ok()) {
+    if (tGroup.depth > 0 && tGroup.firstError.ok()) tGroup.firstError = v;
+    return v;
+  }
+  OpDesc d;
+  d.comm = comm;
+  d.stream = stream;
+  CollArgs& a = d.args;
+  a.type = type;
+  a.sendbuff = sendbuff;
+  a.recvbuff = recvbuff;
+  a.count = count;
+  a.dtype = static_cast<tideDataType_t>(dtype);
+  a.elemSize = dtypeSize(a.dtype);
+  a.root = root;
+  a.mem = MemType::Host;
+  const KernelTable* k = kernelsFor(a.mem);
+  if (k == nullptr) return internalError("no kernels registered for host memory");
+  if (reduces(type)) {
+    if (op == tideAvg) {
+      a.op = RedOp::Sum;
+      if (dtypeIsFloat(a.dtype)) {
+        d.preScale = 1.0 / comm->nranks;
+      } else {
+        d.postDiv = static_cast<uint64_t>(comm->nranks);
+      }
+    } else {
+      a.op = static_cast<RedOp>(op);
+    }
+    a.reduce = k->reduceFn(a.dtype, a.op);
+    if (a.reduce == nullptr)
+      return internalError("no %s kernel for %s", opName(static_cast<tideRedOp_t>(op)),
+                           dtypeName(a.dtype));
+  }
+  if (type != CollType::Send && type != CollType::Recv) {
+    const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
+    d.algo = (forced && (!forced->supports || forced->supports(a, comm->nranks)))
+                 ? forced
+                 : autoAlgo(a, comm->nranks);
+    if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
+  }
+  d.seq = comm->opCount++;
+  if (tGroup.depth > 0) {
+    tGroup.ops.push_back(d);
+    return Status::Ok();
+  }
+  std::vector<OpDesc> one;
+  one.push_back(d);
+  return submit(std::move(one));
+}
+
+Status groupStart() {
+  ++tGroup.depth;
+  return Status::Ok();
+}
+
+Status groupEnd() {
+  if (tGroup.depth <= 0) return invalidUsage("tideGroupEnd without tideGroupStart");
+  if (--tGroup.depth > 0) return Status::Ok();
+  std::vector<OpDesc> ops = std::move(tGroup.ops);
+  Status first = std::move(tGroup.firstError);
+  tGroup = GroupState{};
+  if (!first.ok()) {
+    return makeStatus(first.code(), "group not launched: an operation in it failed: %s",
+                      first.message().c_str());
+  }
+  return submit(std::move(ops));
+}
+
+}  // namespace tide

@@ -1,0 +1,42 @@
+// Issuing operations: validation, Avg lowering, algorithm choice, groups,
+// host streams and issue-order execution.
+#pragma once
+
+#include "core/algorithm.h"
+#include "core/comm.h"
+#include "core/status.h"
+
+struct tideStream;
+
+namespace tide {
+
+// One user call, validated. Owned by the Job that runs it.
+struct OpDesc {
+  tideComm* comm = nullptr;
+  tideStream* stream = nullptr;
+  CollArgs args;
+  double preScale = 0;   // Avg on floats: multiply inputs by this first
+  uint64_t postDiv = 0;  // Avg on integers: divide results by this after
+  const AlgorithmInfo* algo = nullptr;  // null for Send/Recv
+  uint64_t seq = 0;
+};
+
+// Validates one call and, unless inside a group, runs it (NULL stream) or
+// queues it on its host stream. Inside a group it is held until GroupEnd.
+Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
+               void* recvbuff, size_t count, int dtype, int op, int rootOrPeer);
+
+Status groupStart();
+Status groupEnd();
+
+// Parses TIDE_ALGO / TIDE_PROTO into comm->algo (warns once about names that
+// do not apply).
+void parseAlgoChoice(tideComm* comm);
+
+}  // namespace tide
+
+// Host stream (core/stream.cc).
+tide::Status tideStreamCreateImpl(tideStream** out);
+tide::Status tideStreamSynchronizeImpl(tideStream* s);
+tide::Status tideStreamQueryImpl(tideStream* s);
+tide::Status tideStreamDestroyImpl(tideStream* s);

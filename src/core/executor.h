@@ -1,0 +1,41 @@
+// Progress engine: runs a batch of operation tasks to completion on the
+// calling thread.
+//
+// Each sweep progresses every connection an operation has posted on and
+// resumes tasks whose awaited transfers are done. When a sweep moves nothing
+// the thread backs off: spin (TIDE_SPIN_US), then sched_yield (TIDE_YIELD_US),
+// then sleep on the communicator's doorbell (futex, rung by shared-memory
+// peers) or poll() the socket connections. Bounded by the abort flags and by
+// the no-progress timeout.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "core/algorithm.h"
+#include "core/status.h"
+#include "core/task.h"
+
+namespace tide {
+
+struct ExecItem {
+  ExecCtx* ctx = nullptr;
+  Task task;
+  std::string what;                          // "allreduce #12 on comm 3f2a...", for errors
+  Doorbell* bell = nullptr;                  // sleep here when idle
+  const std::atomic<bool>* abort = nullptr;  // raised by tideCommAbort
+  int timeoutSec = 0;                        // no-progress timeout; 0: none
+  Status result;                             // filled by runTasks
+};
+
+struct WaitTuning {
+  int spinUs = 20;
+  int yieldUs = 200;
+};
+
+// Runs all items; returns the first error (each item's own result is set).
+// On error or abort the remaining tasks are destroyed (cancelled).
+Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning);
+
+}  // namespace tide

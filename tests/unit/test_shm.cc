@@ -1,0 +1,558 @@
+// Shared-memory transport: the slot FIFO and message pumps in one thread, then
+// whole connections between two threads and between two processes (fork),
+// built through a two-rank SetupContext over a socketpair.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/transport.h"
+#include "transports/shm/fifo.h"
+
+namespace tide {
+namespace {
+
+using shm::FifoView;
+using shm::RecvOp;
+using shm::SendOp;
+
+using Clock = std::chrono::steady_clock;
+
+// ---- FIFO and pumps, one thread ---------------------------------------------------
+
+struct FifoMem {
+  FifoMem(uint32_t slots, size_t slotSize) {
+    size_t n = shm::alignUp(FifoView::footprint(slots, slotSize), 64);
+    mem = static_cast<char*>(std::aligned_alloc(64, n));
+    FifoView::initialize(mem, slots, slotSize);
+    view = FifoView(mem, slots, slotSize);
+  }
+  ~FifoMem() { std::free(mem); }
+  char* mem;
+  FifoView view;
+};
+
+unsigned char pattern(uint32_t seed, size_t i) {
+  return static_cast<unsigned char>(seed * 131 + i * 7 + (i >> 9));
+}
+
+std::vector<unsigned char> makeData(uint32_t seed, size_t n) {
+  std::vector<unsigned char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = pattern(seed, i);
+  return v;
+}
+
+TEST(ShmFifo, FillAndDrain) {
+  FifoMem f(4, 64);
+  for (int i = 0; i < 4; ++i) {
+    void* slot = f.view.writeSlot();
+    ASSERT_NE(slot, nullptr);
+    std::memset(slot, i, 64);
+    f.view.commitWrite(10 + i);
+  }
+  EXPECT_EQ(f.view.writeSlot(), nullptr);
+  for (int i = 0; i < 4; ++i) {
+    size_t n = 0;
+    const void* slot = f.view.readSlot(&n);
+    ASSERT_NE(slot, nullptr);
+    EXPECT_EQ(n, static_cast<size_t>(10 + i));
+    EXPECT_EQ(static_cast<const unsigned char*>(slot)[63], i);
+    f.view.releaseRead();
+  }
+  size_t n = 0;
+  EXPECT_EQ(f.view.readSlot(&n), nullptr);
+  EXPECT_NE(f.view.writeSlot(), nullptr);
+}
+
+// Pumps messages of many sizes through a small FIFO, interleaving the two
+// sides, so the ring wraps many times and messages straddle the wrap point.
+TEST(ShmFifo, MessagesOfAllSizesWrapAround) {
+  FifoMem f(3, 64);
+  const std::vector<size_t> sizes = {0, 1, 63, 64, 65, 128, 191, 192, 193, 0, 640 + 7, 5, 1000};
+  for (int round = 0; round < 5; ++round) {
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      auto in = makeData(static_cast<uint32_t>(round * 100 + s), sizes[s]);
+      std::vector<unsigned char> out(sizes[s] + 1, 0xEE);
+      SendOp sop{reinterpret_cast<const char*>(in.data()), in.size(), 0};
+      RecvOp rop;
+      rop.buf = reinterpret_cast<char*>(out.data());
+      rop.bytes = sizes[s];
+      int spins = 0;
+      while (!sop.done() || !rop.done()) {
+        shm::pushMessage(f.view, sop);
+        size_t slots = 0;
+        ASSERT_TRUE(shm::pullMessage(f.view, rop, &slots).ok());
+        ASSERT_LT(++spins, 1000);
+      }
+      EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin())) << "size " << sizes[s];
+      EXPECT_EQ(out[sizes[s]], 0xEE) << "wrote past the end";
+    }
+  }
+  size_t n = 0;
+  EXPECT_EQ(f.view.readSlot(&n), nullptr);
+}
+
+TEST(ShmFifo, PiecesNeverShareASlot) {
+  FifoMem f(8, 64);
+  SendOp a{"abc", 3, 0};
+  SendOp b{"defgh", 5, 0};
+  EXPECT_EQ(shm::pushMessage(f.view, a), 1u);
+  EXPECT_EQ(shm::pushMessage(f.view, b), 1u);
+  size_t n = 0;
+  ASSERT_NE(f.view.readSlot(&n), nullptr);
+  EXPECT_EQ(n, 3u);
+}
+
+void sumInt32(void* dst, const void* a, const void* b, size_t count) {
+  auto* d = static_cast<int32_t*>(dst);
+  auto* x = static_cast<const int32_t*>(a);
+  auto* y = static_cast<const int32_t*>(b);
+  for (size_t i = 0; i < count; ++i) d[i] = x[i] + y[i];
+}
+
+// 12-byte elements (three int32): do not divide the 64-byte slot, so
+// elements straddle slots and the pump must carry partial elements.
+void sumTriple(void* dst, const void* a, const void* b, size_t count) {
+  sumInt32(dst, a, b, count * 3);
+}
+
+void checkReduce(size_t elemSize, ReduceFn fn, size_t count, bool inPlace) {
+  FifoMem f(2, 64);
+  const size_t ints = count * elemSize / 4;
+  std::vector<int32_t> incoming(ints), src(ints), dst(ints, -1);
+  for (size_t i = 0; i < ints; ++i) {
+    incoming[i] = static_cast<int32_t>(i * 3 + 1);
+    src[i] = static_cast<int32_t>(1000 - i);
+  }
+  if (inPlace) dst = src;
+  SendOp sop{reinterpret_cast<const char*>(incoming.data()), ints * 4, 0};
+  RecvOp rop;
+  rop.buf = reinterpret_cast<char*>(dst.data());
+  rop.bytes = ints * 4;
+  rop.reduce = true;
+  rop.rr = RecvReduce{fn, inPlace ? dst.data() : src.data(), elemSize};
+  while (!sop.done() || !rop.done()) {
+    shm::pushMessage(f.view, sop);
+    size_t slots = 0;
+    ASSERT_TRUE(shm::pullMessage(f.view, rop, &slots).ok());
+  }
+  for (size_t i = 0; i < ints; ++i) {
+    ASSERT_EQ(dst[i], static_cast<int32_t>(1000 - i + i * 3 + 1)) << "at " << i;
+  }
+}
+
+TEST(ShmFifo, RecvReduceWholeElements) {
+  checkReduce(4, sumInt32, 1, false);
+  checkReduce(4, sumInt32, 16, false);
+  checkReduce(4, sumInt32, 1000, false);
+  checkReduce(4, sumInt32, 1000, true);
+}
+
+TEST(ShmFifo, RecvReduceStraddlingElements) {
+  checkReduce(12, sumTriple, 1, false);
+  checkReduce(12, sumTriple, 77, false);
+  checkReduce(12, sumTriple, 500, true);
+}
+
+TEST(ShmFifo, SizeMismatchIsAnError) {
+  FifoMem f(4, 64);
+  char buf[100] = {};
+  SendOp sop{buf, 100, 0};
+  shm::pushMessage(f.view, sop);
+  RecvOp rop;
+  rop.buf = buf;
+  rop.bytes = 70;
+  size_t slots = 0;
+  // The first 64-byte piece fits; the second (36 bytes, 6 expected) does not.
+  EXPECT_EQ(shm::pullMessage(f.view, rop, &slots).code(), tideInternalError);
+  EXPECT_EQ(rop.off, 64u);
+}
+
+// ---- Two ranks over a socketpair -----------------------------------------------
+
+bool fullIo(int fd, void* p, size_t n, bool write) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+    if (poll(&pfd, 1, 30000) != 1) return false;
+    ssize_t r = write ? ::write(fd, c, n) : ::read(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+class PairContext final : public SetupContext {
+ public:
+  PairContext(int fd, int rank, std::string prefix)
+      : fd_(fd), rank_(rank), prefix_(std::move(prefix)) {}
+  Status init() {
+    PeerInfo me;
+    me.rank = rank_;
+    me.pid = static_cast<int>(getpid());
+    me.hostHash = 42;
+    peers_.resize(2);
+    return allGather(&me, sizeof(me), peers_.data());
+  }
+  int rank() const override { return rank_; }
+  int nranks() const override { return 2; }
+  const std::vector<PeerInfo>& peers() const override { return peers_; }
+  Status allGather(const void* mine, size_t bytes, void* all) override {
+    char* out = static_cast<char*>(all);
+    std::memcpy(out + rank_ * bytes, mine, bytes);
+    if (!fullIo(fd_, const_cast<void*>(mine), bytes, true) ||
+        !fullIo(fd_, out + (1 - rank_) * bytes, bytes, false)) {
+      return remoteError("test: allGather failed");
+    }
+    ++collectives;
+    return Status::Ok();
+  }
+  Status barrier() override {
+    char a = 0, all[2];
+    return allGather(&a, 1, all);
+  }
+  const uint8_t* secret() const override { return secret_; }
+  std::string resourcePrefix() const override { return prefix_; }
+  std::string localAddress() const override { return "127.0.0.1"; }
+  void installDoorbell(Doorbell* bell) override { bell_ = bell; }
+  Doorbell* doorbell() const override { return bell_ != nullptr ? bell_ : &own_; }
+  const std::atomic<bool>& abortFlag() const override { return abort_; }
+  int timeoutSeconds() const override { return 30; }
+
+  int collectives = 0;
+
+ private:
+  int fd_;
+  int rank_;
+  std::string prefix_;
+  std::vector<PeerInfo> peers_;
+  uint8_t secret_[16] = {};
+  Doorbell* bell_ = nullptr;
+  mutable Doorbell own_;
+  std::atomic<bool> abort_{false};
+};
+
+Transport* shmTransport() {
+  for (Transport* t : registeredTransports()) {
+    if (std::string(t->name()) == "shm") return t;
+  }
+  return nullptr;
+}
+
+std::string newPrefix() {
+  static int counter = 0;
+  return "tide-shmtest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+int leftovers(const std::string& prefix) {
+  int n = 0;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+using Conns = std::vector<std::unique_ptr<Connection>>;
+
+// Progresses until every connection is idle; sleeps on the context's
+// doorbell when nothing moves. Returns "" or a description of the failure.
+std::string drive(PairContext& ctx, Conns& conns, double maxSeconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(maxSeconds);
+  auto pass = [&](bool* moved, bool* busy) -> std::string {
+    *busy = false;
+    for (auto& c : conns) {
+      Status st = c->progress(moved);
+      if (!st.ok()) return "progress: " + st.message();
+      *busy = *busy || c->busy();
+    }
+    return "";
+  };
+  for (;;) {
+    bool moved = false, busy = false;
+    std::string err = pass(&moved, &busy);
+    if (!err.empty()) return err;
+    if (!busy) return "";
+    if (moved) continue;
+    if (Clock::now() > deadline) return "timed out";
+    Doorbell* bell = ctx.doorbell();
+    uint32_t seen = bell->prepareWait();
+    err = pass(&moved, &busy);
+    if (!err.empty() || moved || !busy) {
+      bell->cancelWait();
+      if (!err.empty()) return err;
+    } else {
+      bell->commitWait(seen, 10000);
+    }
+  }
+}
+
+// Each rank sends sizes[] on channel 0 and the reverse on channel 1, while
+// receiving the same from the peer; everything is posted up front.
+std::string exchange(PairContext& ctx, Conns& conns, const std::vector<size_t>& sizes) {
+  const int me = ctx.rank(), peer = 1 - me;
+  std::vector<std::vector<unsigned char>> out, in;
+  std::vector<uint32_t> inSeeds;
+  for (int c = 0; c < kNumChannels; ++c) {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      size_t n = sizes[c == 0 ? k : sizes.size() - 1 - k];
+      out.push_back(makeData(static_cast<uint32_t>(me * 1000 + c * 100 + k), n));
+      in.emplace_back(n, 0);
+      inSeeds.push_back(static_cast<uint32_t>(peer * 1000 + c * 100 + k));
+      uint64_t ts = 0, tr = 0;
+      Connection& conn = *conns[c];
+      if (!conn.postSend(out.back().data(), n, &ts).ok()) return "postSend failed";
+      if (!conn.postRecv(in.back().data(), n, nullptr, &tr).ok()) return "postRecv failed";
+      if (ts != k + 1 || tr != k + 1) return "bad ticket";
+    }
+  }
+  std::string err = drive(ctx, conns, 60);
+  if (!err.empty()) return err;
+  for (int c = 0; c < kNumChannels; ++c) {
+    if (conns[c]->sendsDone() != sizes.size() || conns[c]->recvsDone() != sizes.size()) {
+      return "completion counts are wrong";
+    }
+  }
+  for (size_t m = 0; m < in.size(); ++m) {
+    for (size_t i = 0; i < in[m].size(); ++i) {
+      if (in[m][i] != pattern(inSeeds[m], i)) {
+        return "bad byte " + std::to_string(i) + " of message " + std::to_string(m);
+      }
+    }
+  }
+  return "";
+}
+
+// One side of a test: context, connect, body. Returns "" on success.
+template <typename Body>
+std::string runRank(int fd, int rank, const std::string& prefix, std::vector<int> peers,
+                    Body body) {
+  PairContext ctx(fd, rank, prefix);
+  if (!ctx.init().ok()) return "init failed";
+  Transport* t = shmTransport();
+  if (t == nullptr) return "shm transport is not registered";
+  Conns conns;
+  Status st = t->connect(ctx, peers, &conns);
+  if (!st.ok()) return "connect: " + st.message();
+  if (conns.size() != peers.size() * kNumChannels) return "wrong number of connections";
+  if (!peers.empty() && ctx.doorbell() == nullptr) return "no doorbell installed";
+  return body(ctx, conns);
+}
+
+// Runs rank 1 in a child process and rank 0 here.
+template <typename Body>
+void runProcesses(const std::string& prefix, Body body) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(sv[0]);
+    std::string err = runRank(sv[1], 1, prefix, {0}, body);
+    if (!err.empty()) std::fprintf(stderr, "child: %s\n", err.c_str());
+    _exit(err.empty() ? 0 : 1);
+  }
+  close(sv[1]);
+  std::string err = runRank(sv[0], 0, prefix, {1}, body);
+  close(sv[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(err, "");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child failed";
+}
+
+const std::vector<size_t> kSizes = {0, 1, 4097, 64u << 20, 0, 3, 1u << 20, 128u << 10, 7};
+
+TEST(ShmTransport, Registered) {
+  Transport* t = shmTransport();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->priority(), 10);
+  PeerInfo a, b;
+  a.hostHash = b.hostHash = 7;
+  unsetenv("TIDE_SHM_DISABLE");
+  EXPECT_TRUE(t->canConnect(a, b));
+  setenv("TIDE_SHM_DISABLE", "1", 1);
+  EXPECT_FALSE(t->canConnect(a, b));
+  unsetenv("TIDE_SHM_DISABLE");
+  b.hostHash = 8;
+  EXPECT_FALSE(t->canConnect(a, b));
+}
+
+TEST(ShmTransport, TwoProcesses) {
+  std::string prefix = newPrefix();
+  runProcesses(prefix, [](PairContext& ctx, Conns& conns) { return exchange(ctx, conns, kSizes); });
+  EXPECT_EQ(leftovers(prefix), 0);
+}
+
+TEST(ShmTransport, TwoThreadsSmallSlotsAndReduce) {
+  setenv("TIDE_SHM_SLOTS", "3", 1);
+  setenv("TIDE_SHM_SLOT_SIZE", "100", 1);  // rounded up to 128
+  std::string prefix = newPrefix();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  auto body = [](PairContext& ctx, Conns& conns) -> std::string {
+    std::string err = exchange(ctx, conns, {0, 1, 4097, 1u << 20, 0, 129, 384, 385});
+    if (!err.empty()) return err;
+    // Reducing receive on channel 1: buf = src + incoming, in place.
+    const size_t n = 100000;
+    std::vector<int32_t> mine(n), acc(n);
+    for (size_t i = 0; i < n; ++i) {
+      mine[i] = static_cast<int32_t>(i * (ctx.rank() + 1));
+      acc[i] = static_cast<int32_t>(7 + i);
+    }
+    RecvReduce rr{sumInt32, acc.data(), 4};
+    uint64_t t = 0;
+    if (!conns[1]->postSend(mine.data(), n * 4, &t).ok()) return "postSend failed";
+    if (!conns[1]->postRecv(acc.data(), n * 4, &rr, &t).ok()) return "postRecv failed";
+    err = drive(ctx, conns, 30);
+    if (!err.empty()) return err;
+    int peer = 1 - ctx.rank();
+    for (size_t i = 0; i < n; ++i) {
+      if (acc[i] != static_cast<int32_t>(7 + i + i * (peer + 1))) return "bad reduction";
+    }
+    return "";
+  };
+  std::string err1;
+  std::thread other([&] { err1 = runRank(sv[1], 1, prefix, {0}, body); });
+  std::string err0 = runRank(sv[0], 0, prefix, {1}, body);
+  other.join();
+  close(sv[0]);
+  close(sv[1]);
+  unsetenv("TIDE_SHM_SLOTS");
+  unsetenv("TIDE_SHM_SLOT_SIZE");
+  EXPECT_EQ(err0, "");
+  EXPECT_EQ(err1, "");
+  EXPECT_EQ(leftovers(prefix), 0);
+}
+
+TEST(ShmTransport, NoPeersStillJoinsTheCollectives) {
+  std::string prefix = newPrefix();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  int calls[2] = {0, 0};
+  auto run = [&](int rank) {
+    PairContext ctx(sv[rank], rank, prefix);
+    if (!ctx.init().ok()) return std::string("init");
+    Conns conns;
+    Status st = shmTransport()->connect(ctx, {}, &conns);
+    calls[rank] = ctx.collectives;
+    return st.ok() && conns.empty() ? std::string() : "connect: " + st.message();
+  };
+  std::string err1;
+  std::thread other([&] { err1 = run(1); });
+  EXPECT_EQ(run(0), "");
+  other.join();
+  close(sv[0]);
+  close(sv[1]);
+  EXPECT_EQ(err1, "");
+  EXPECT_EQ(calls[0], calls[1]);
+  EXPECT_EQ(leftovers(prefix), 0);
+}
+
+// One side believes the pair shares a node, the other does not: both fail,
+// nothing hangs and nothing is left in /dev/shm.
+TEST(ShmTransport, DisagreementFailsOnBothSides) {
+  std::string prefix = newPrefix();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Status st1;
+  std::thread other([&] {
+    PairContext ctx(sv[1], 1, prefix);
+    if (!ctx.init().ok()) return;
+    Conns conns;
+    st1 = shmTransport()->connect(ctx, {}, &conns);
+  });
+  PairContext ctx(sv[0], 0, prefix);
+  ASSERT_TRUE(ctx.init().ok());
+  Conns conns;
+  Status st0 = shmTransport()->connect(ctx, {1}, &conns);
+  other.join();
+  close(sv[0]);
+  close(sv[1]);
+  EXPECT_FALSE(st0.ok());
+  EXPECT_FALSE(st1.ok());
+  EXPECT_EQ(leftovers(prefix), 0);
+}
+
+TEST(ShmTransport, DeadPeerIsReported) {
+  std::string prefix = newPrefix();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(sv[0]);
+    std::string err = runRank(sv[1], 1, prefix, {0}, [](PairContext&, Conns&) { return ""; });
+    _exit(err.empty() ? 0 : 1);
+  }
+  close(sv[1]);
+  std::string err = runRank(sv[0], 0, prefix, {1}, [&](PairContext& ctx, Conns& conns) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return std::string("waitpid");  // reap: no zombie
+    std::vector<char> buf(1 << 20);
+    uint64_t t = 0;
+    if (!conns[0]->postRecv(buf.data(), buf.size(), nullptr, &t).ok()) return std::string("post");
+    auto start = Clock::now();
+    std::string e = drive(ctx, conns, 10);
+    double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    if (e.find("rank 1") == std::string::npos) return "expected a peer error, got: " + e;
+    if (secs > 5) return std::string("took too long");
+    bool moved = false;
+    if (conns[0]->progress(&moved).code() != tideRemoteError) return std::string("not sticky");
+    return std::string();
+  });
+  close(sv[0]);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(leftovers(prefix), 0);
+}
+
+// One direction, 64 MiB messages; prints the receiver's throughput.
+TEST(ShmTransport, ThroughputTwoProcesses) {
+  const size_t kBytes = 64u << 20;
+  const int kIters = 8;
+  runProcesses(newPrefix(), [&](PairContext& ctx, Conns& conns) -> std::string {
+    std::vector<char> buf(kBytes, static_cast<char>(ctx.rank() + 1));
+    // Rank 0 sends, rank 1 receives, one message at a time.
+    auto one = [&]() -> std::string {
+      uint64_t t = 0;
+      Status st = ctx.rank() == 0 ? conns[0]->postSend(buf.data(), kBytes, &t)
+                                  : conns[0]->postRecv(buf.data(), kBytes, nullptr, &t);
+      return st.ok() ? drive(ctx, conns, 60) : "post: " + st.message();
+    };
+    for (int warm = 0; warm < 2; ++warm) {  // first touch and page faults
+      std::string err = one();
+      if (!err.empty()) return err;
+    }
+    if (!ctx.barrier().ok()) return "barrier";
+    auto start = Clock::now();
+    for (int i = 0; i < kIters; ++i) {
+      std::string err = one();
+      if (!err.empty()) return err;
+    }
+    double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    if (ctx.rank() == 1) {
+      std::printf("[ shm    ] one direction, %d x 64 MiB: %.2f GB/s\n", kIters,
+                  kIters * static_cast<double>(kBytes) / secs / 1e9);
+      std::fflush(stdout);
+    }
+    return "";
+  });
+}
+
+}  // namespace
+}  // namespace tide

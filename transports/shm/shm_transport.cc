@@ -1,0 +1,326 @@
+// Shared-memory transport for ranks on the same node.
+//
+// Setup (collective, see connect()): every rank with shm peers creates one
+// POSIX segment holding its Doorbell and its receive FIFOs, publishes the name
+// with allGather, maps the segments of its peers, and after everyone has
+// mapped (a second allGather, which doubles as the barrier) unlinks its own,
+// so nothing stays in /dev/shm. Data: the sender copies pieces into the FIFO
+// in the receiver's segment and rings the receiver's doorbell; the receiver
+// copies (or reduces) out of the slots and rings the sender's doorbell to
+// report free space.
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/registry.h"
+#include "core/transport.h"
+#include "transports/shm/fifo.h"
+#include "transports/shm/segment.h"
+
+namespace tide::shm {
+namespace {
+
+constexpr int kPriority = 10;
+// progress() calls without movement between two clock reads. Small because
+// an executor that sleeps on its doorbell between calls makes few of them;
+// the coarse clock costs a few nanoseconds.
+constexpr uint32_t kIdleCallsPerClockRead = 16;
+// Time without movement (while busy) before the peer process is checked.
+constexpr int64_t kLivenessCheckNs = 1000 * 1000 * 1000;
+
+int64_t coarseNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// What each rank publishes at setup. Fixed size for allGather.
+struct SegRecord {
+  uint32_t state = 0;  // kNone, kReady or kFailed
+  uint32_t pad = 0;
+  char name[120] = {};
+};
+constexpr uint32_t kNone = 0;
+constexpr uint32_t kReady = 1;
+constexpr uint32_t kFailed = 2;
+
+class ShmConnection final : public Connection {
+ public:
+  // `livePid`: process to probe when the peer stalls (0: never probe).
+  ShmConnection(int peerRank, int livePid, std::shared_ptr<Mapping> own,
+                std::shared_ptr<Mapping> peer, FifoView send, FifoView recv)
+      : peerRank_(peerRank),
+        livePid_(livePid),
+        own_(std::move(own)),
+        peer_(std::move(peer)),
+        peerBell_(&peer_->header()->doorbell),
+        sendFifo_(send),
+        recvFifo_(recv) {}
+
+  Status postSend(const void* buf, size_t bytes, uint64_t* ticket) override {
+    if (bytes > 0 && buf == nullptr) {
+      return invalidArgument("shm: send of %zu bytes from null", bytes);
+    }
+    *ticket = ++sendsPosted_;
+    if (bytes == 0 && sends_.empty()) {
+      ++sendsDone_;
+    } else {
+      sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, 0});
+    }
+    return Status::Ok();
+  }
+
+  Status postRecv(void* buf, size_t bytes, const RecvReduce* rr, uint64_t* ticket) override {
+    if (bytes > 0 && buf == nullptr) {
+      return invalidArgument("shm: receive of %zu bytes into null", bytes);
+    }
+    if (rr != nullptr) {
+      if (rr->fn == nullptr || rr->elemSize == 0 || bytes % rr->elemSize != 0 ||
+          (bytes > 0 && rr->src == nullptr)) {
+        return invalidArgument("shm: bad reducing receive (%zu bytes, element size %zu)", bytes,
+                               rr->elemSize);
+      }
+    }
+    *ticket = ++recvsPosted_;
+    if (bytes == 0 && recvs_.empty()) {
+      ++recvsDone_;
+      return Status::Ok();
+    }
+    RecvOp op;
+    op.buf = static_cast<char*>(buf);
+    op.bytes = bytes;
+    if (rr != nullptr) {
+      op.reduce = true;
+      op.rr = *rr;
+    }
+    recvs_.push_back(std::move(op));
+    return Status::Ok();
+  }
+
+  Status progress(bool* moved) override {
+    if (!error_.ok()) return error_;
+    bool any = false;
+    bool wake = false;
+    while (!sends_.empty()) {
+      SendOp& op = sends_.front();
+      if (pushMessage(sendFifo_, op) > 0) wake = true;
+      if (!op.done()) break;
+      sends_.pop_front();
+      ++sendsDone_;
+      any = true;
+    }
+    while (!recvs_.empty()) {
+      RecvOp& op = recvs_.front();
+      size_t slots = 0;
+      Status st = pullMessage(recvFifo_, op, &slots);
+      if (slots > 0) wake = true;
+      if (!st.ok()) {
+        error_ = st;
+        break;
+      }
+      if (!op.done()) break;
+      recvs_.pop_front();
+      ++recvsDone_;
+      any = true;
+    }
+    // One ring covers every slot published or freed above (all stores were
+    // release stores that precede it).
+    if (wake) peerBell_->ring();
+    if (!error_.ok()) return error_;
+    if (wake || any) {
+      *moved = true;
+      idleCalls_ = 0;
+      idleSinceNs_ = 0;
+    } else if (busy()) {
+      return checkPeer();
+    }
+    return Status::Ok();
+  }
+
+  uint64_t sendsDone() const override { return sendsDone_; }
+  uint64_t recvsDone() const override { return recvsDone_; }
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+
+ private:
+  // Called on every idle progress(); reads the clock rarely and probes the
+  // peer process at most once per kLivenessCheckNs of stall.
+  Status checkPeer() {
+    if (livePid_ <= 0 || ++idleCalls_ < kIdleCallsPerClockRead) return Status::Ok();
+    idleCalls_ = 0;
+    int64_t now = coarseNs();
+    if (idleSinceNs_ == 0) {
+      idleSinceNs_ = now;
+      return Status::Ok();
+    }
+    if (now - idleSinceNs_ < kLivenessCheckNs) return Status::Ok();
+    idleSinceNs_ = now;
+    if (kill(livePid_, 0) != 0 && errno == ESRCH) {
+      error_ = remoteError("shm: peer rank %d (pid %d) is gone", peerRank_, livePid_);
+      return error_;
+    }
+    return Status::Ok();
+  }
+
+  const int peerRank_;
+  const int livePid_;
+  std::shared_ptr<Mapping> own_;   // holds my receive FIFOs
+  std::shared_ptr<Mapping> peer_;  // holds my send FIFO and the peer's doorbell
+  Doorbell* peerBell_;
+  FifoView sendFifo_;
+  FifoView recvFifo_;
+  std::deque<SendOp> sends_;
+  std::deque<RecvOp> recvs_;
+  uint64_t sendsPosted_ = 0;
+  uint64_t sendsDone_ = 0;
+  uint64_t recvsPosted_ = 0;
+  uint64_t recvsDone_ = 0;
+  Status error_;
+  uint32_t idleCalls_ = 0;
+  int64_t idleSinceNs_ = 0;
+};
+
+struct Geometry {
+  uint32_t slots;
+  size_t slotSize;
+};
+
+Geometry readGeometry() {
+  int64_t slots = knobInt(Knob::ShmSlots);
+  uint64_t size = knobSize(Knob::ShmSlotSize);
+  Geometry g;
+  g.slots = static_cast<uint32_t>(slots < 1 ? 1 : (slots > 4096 ? 4096 : slots));
+  if (size < kCacheLine) size = kCacheLine;
+  if (size > (256u << 20)) size = 256u << 20;
+  g.slotSize = alignUp(size, kCacheLine);
+  if (g.slots != slots || g.slotSize != knobSize(Knob::ShmSlotSize)) {
+    TIDE_INFO("shm: using %u slots of %zu bytes (adjusted from the TIDE_SHM_* knobs)", g.slots,
+              g.slotSize);
+  }
+  return g;
+}
+
+std::string segmentName(const std::string& prefix, int rank) {
+  std::string name = prefix.empty() || prefix[0] != '/' ? "/" + prefix : prefix;
+  return name + "-shm-r" + std::to_string(rank);
+}
+
+class ShmTransport final : public Transport {
+ public:
+  const char* name() const override { return "shm"; }
+  int priority() const override { return kPriority; }
+  bool canConnect(const PeerInfo& me, const PeerInfo& peer) const override {
+    return me.hostHash == peer.hostHash && !knobBool(Knob::ShmDisable);
+  }
+
+  Status connect(SetupContext& ctx, const std::vector<int>& peers,
+                 std::vector<std::unique_ptr<Connection>>* out) override {
+    const int me = ctx.rank();
+    const int nranks = ctx.nranks();
+    const size_t npeers = peers.size();
+    Status local;
+    SegRecord mine;
+    std::string ownName;
+    std::shared_ptr<Mapping> own;
+    std::vector<FifoView> recvFifos(npeers * kNumChannels);
+    if (npeers > 0) {
+      Geometry g = readGeometry();
+      ownName = segmentName(ctx.resourcePrefix(), me);
+      if (ownName.size() >= sizeof(mine.name)) {
+        local = internalError("shm: segment name %s is too long", ownName.c_str());
+      } else {
+        local = createSegment(ownName, me, static_cast<uint32_t>(npeers * kNumChannels), g.slots,
+                              g.slotSize, &own);
+      }
+      if (local.ok()) {
+        for (size_t i = 0; i < npeers; ++i) {
+          for (int c = 0; c < kNumChannels; ++c) {
+            uint32_t idx = static_cast<uint32_t>(i * kNumChannels + c);
+            recvFifos[idx] = layoutFifo(*own, idx, peers[i], c);
+          }
+        }
+        std::snprintf(mine.name, sizeof(mine.name), "%s", ownName.c_str());
+        mine.state = kReady;
+      } else {
+        mine.state = kFailed;
+      }
+    }
+
+    std::vector<SegRecord> all(static_cast<size_t>(nranks));
+    Status st = ctx.allGather(&mine, sizeof(mine), all.data());
+    if (!st.ok()) {
+      if (own) unlinkSegment(ownName);
+      TIDE_TRY(st);
+    }
+
+    std::vector<std::shared_ptr<Mapping>> peerMaps(npeers);
+    std::vector<FifoView> sendFifos(npeers * kNumChannels);
+    for (size_t i = 0; i < npeers && local.ok(); ++i) {
+      const int p = peers[i];
+      if (p < 0 || p >= nranks || p == me) {
+        local = internalError("shm: bad peer rank %d", p);
+        break;
+      }
+      const SegRecord& rec = all[static_cast<size_t>(p)];
+      if (rec.state != kReady) {
+        local = remoteError("shm: rank %d has no shared-memory segment", p);
+        break;
+      }
+      std::string name(rec.name, strnlen(rec.name, sizeof(rec.name)));
+      local = openSegment(name, p, &peerMaps[i]);
+      for (int c = 0; c < kNumChannels && local.ok(); ++c) {
+        local = findFifo(*peerMaps[i], me, c, &sendFifos[i * kNumChannels + c]);
+      }
+    }
+
+    // Everyone has mapped what it needs once this returns; it doubles as the
+    // barrier after which owners unlink, and makes every rank agree on
+    // success.
+    uint8_t okByte = local.ok() ? 1 : 0;
+    std::vector<uint8_t> oks(static_cast<size_t>(nranks));
+    st = ctx.allGather(&okByte, 1, oks.data());
+    if (own) unlinkSegment(ownName);
+    TIDE_TRY(st);
+    TIDE_TRY(local);
+    for (int r = 0; r < nranks; ++r) {
+      if (oks[static_cast<size_t>(r)] == 0) {
+        return remoteError("shm: rank %d failed to set up shared memory", r);
+      }
+    }
+    if (npeers == 0) return Status::Ok();
+
+    ctx.installDoorbell(&own->header()->doorbell);
+    const uint64_t myNs = pidNamespaceInode();
+    const int myPid = static_cast<int>(getpid());
+    out->clear();
+    out->reserve(npeers * kNumChannels);
+    for (size_t i = 0; i < npeers; ++i) {
+      const SegHeader* ph = peerMaps[i]->header();
+      // Probe the peer only when its pid means something here.
+      int livePid = (myNs != 0 && ph->pidNsInode == myNs && ph->pid != myPid) ? ph->pid : 0;
+      for (int c = 0; c < kNumChannels; ++c) {
+        size_t idx = i * kNumChannels + c;
+        out->push_back(std::make_unique<ShmConnection>(peers[i], livePid, own, peerMaps[i],
+                                                       sendFifos[idx], recvFifos[idx]));
+      }
+    }
+    TIDE_INFO("shm: rank %d connected to %zu peers (%u slots of %zu bytes per FIFO)", me, npeers,
+              own->header()->slots, static_cast<size_t>(own->header()->slotSize));
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+TIDE_ON_LOAD(::tide::registerTransport(new ShmTransport()));
+
+}  // namespace tide::shm
