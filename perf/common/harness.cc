@@ -99,16 +99,17 @@ bool ParseInt(const char* s, int lo, int hi, int* out) {
 
 // Returns -1 to continue, else an exit status.
 int ParseOptions(int argc, char** argv, bool printer, Options* o) {
+  constexpr int kArg = required_argument;
   static const struct option kLong[] = {
-      {"nthreads", required_argument, nullptr, 't'},  {"ngpus", required_argument, nullptr, 'g'},
-      {"minbytes", required_argument, nullptr, 'b'},  {"maxbytes", required_argument, nullptr, 'e'},
-      {"stepbytes", required_argument, nullptr, 'i'}, {"stepfactor", required_argument, nullptr, 'f'},
-      {"iters", required_argument, nullptr, 'n'},     {"agg_iters", required_argument, nullptr, 'm'},
-      {"warmup_iters", required_argument, nullptr, 'w'}, {"check", required_argument, nullptr, 'c'},
-      {"op", required_argument, nullptr, 'o'},        {"datatype", required_argument, nullptr, 'd'},
-      {"root", required_argument, nullptr, 'r'},      {"blocking", required_argument, nullptr, 'z'},
-      {"average", required_argument, nullptr, 'a'},   {"cudagraph", required_argument, nullptr, 'G'},
-      {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
+      {"nthreads", kArg, nullptr, 't'},     {"ngpus", kArg, nullptr, 'g'},
+      {"minbytes", kArg, nullptr, 'b'},     {"maxbytes", kArg, nullptr, 'e'},
+      {"stepbytes", kArg, nullptr, 'i'},    {"stepfactor", kArg, nullptr, 'f'},
+      {"iters", kArg, nullptr, 'n'},        {"agg_iters", kArg, nullptr, 'm'},
+      {"warmup_iters", kArg, nullptr, 'w'}, {"check", kArg, nullptr, 'c'},
+      {"op", kArg, nullptr, 'o'},           {"datatype", kArg, nullptr, 'd'},
+      {"root", kArg, nullptr, 'r'},         {"blocking", kArg, nullptr, 'z'},
+      {"average", kArg, nullptr, 'a'},      {"cudagraph", kArg, nullptr, 'G'},
+      {"help", no_argument, nullptr, 'h'},  {nullptr, 0, nullptr, 0}};
   std::string type_arg = "float", op_arg = "sum";
   bool saw_i = false, saw_f = false;
   auto bad = [&](const char* what, const char* val) {
@@ -236,7 +237,8 @@ void Sync(const Run& run) {
 void HostAllReduce(const Run& run, void* data, size_t count, tideDataType_t type,
                    tideRedOp_t op) {
   Sync(run);
-  Try(run, "tideAllReduce (harness)", tideAllReduce(data, data, count, type, op, run.comm, nullptr));
+  Try(run, "tideAllReduce (harness)",
+      tideAllReduce(data, data, count, type, op, run.comm, nullptr));
 }
 
 void Barrier(const Run& run) {

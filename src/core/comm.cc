@@ -1,6 +1,7 @@
 // Communicator creation, split and teardown.
 #include "core/comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,6 +108,15 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
   TIDE_TRY(localPeerInfo(rank, &me));
   comm->peers[rank] = me;
   TIDE_TRY(comm->bootstrap->allGather(comm->peers.data(), sizeof(PeerInfo)));
+
+  // Waiting: poll (yielding) longer when every local rank has a CPU.
+  int local = 0;
+  for (const PeerInfo& p : comm->peers) local += (p.hostHash == me.hostHash);
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  bool oversubscribed = local > ncpu;
+  if (comm->wait.spinUs < 0) comm->wait.spinUs = 20;
+  if (comm->wait.yieldUs < 0) comm->wait.yieldUs = oversubscribed ? 500 : 2000;
 
   // Pick a transport per peer: the highest-priority one that can connect.
   const auto& transports = registeredTransports();

@@ -245,27 +245,24 @@ Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning) {
       sched_yield();
       continue;
     }
-    // Sleep: poll sockets if any connection has one, else the doorbell.
+    // Sleep: poll sockets if any connection has one (readable for receives,
+    // writable for queued sends), else the doorbell. A mix of both polls in
+    // short slices so shared-memory peers are not left waiting long.
     fds.clear();
+    bool anyBell = false;
     for (ExecItem* it : live) {
       for (Connection* c : it->ctx->active()) {
         int fd = c->pollFd();
-        if (fd >= 0) fds.push_back(pollfd{fd, POLLIN | POLLOUT, 0});
+        if (fd >= 0) {
+          fds.push_back(pollfd{fd, static_cast<short>(POLLIN | (c->pollForWrite() ? POLLOUT : 0)), 0});
+        } else {
+          anyBell = true;
+        }
       }
     }
     if (!fds.empty()) {
-      // POLLOUT is nearly always ready while sends are pending; only wait for
-      // input when no send is queued, else just yield.
-      bool sending = false;
-      for (ExecItem* it : live) {
-        for (const Pending& p : it->ctx->waits()) sending |= (p.isSend && !p.done());
-      }
-      if (sending) {
-        sched_yield();
-      } else {
-        for (auto& f : fds) f.events = POLLIN;
-        poll(fds.data(), fds.size(), 1);
-      }
+      poll(fds.data(), fds.size(), anyBell ? 0 : 2);
+      if (anyBell) sched_yield();
       continue;
     }
     Doorbell* bell = live.front()->bell;

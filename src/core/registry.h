@@ -13,7 +13,8 @@ namespace tide {
 
 struct AlgorithmInfo;  // core/algorithm.h
 
-// Takes ownership. Kept sorted by priority, highest first.
+// Does not take ownership: `transport` must live as long as the library (a
+// function-local static). Kept sorted by priority, highest first.
 void registerTransport(Transport* transport);
 const std::vector<Transport*>& registeredTransports();
 

@@ -88,6 +88,8 @@ class Connection {
   // A file descriptor to poll() for readability/writability when the
   // connection is idle-waiting, or -1 (then the owner's Doorbell is rung).
   virtual int pollFd() const { return -1; }
+  // With pollFd() >= 0: also wait for writability (sends are queued).
+  virtual bool pollForWrite() const { return false; }
   // True while posted work is not complete (used to decide how to wait).
   virtual bool busy() const = 0;
 };

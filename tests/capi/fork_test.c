@@ -31,38 +31,38 @@ static int g_failures = 0;
 static tideComm_t g_comm = NULL;
 static pid_t g_pids[kRanks];
 
-#define EXPECT(cond, ...)                                          \
-  do {                                                             \
-    if (!(cond)) {                                                 \
+#define EXPECT(cond, ...)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       printf("rank %d: line %d: check failed: %s: ", g_rank, __LINE__, #cond); \
-      printf(__VA_ARGS__);                                         \
-      printf("\n");                                                \
-      g_failures++;                                                \
-    }                                                              \
+      printf(__VA_ARGS__);                                                     \
+      printf("\n");                                                            \
+      g_failures++;                                                            \
+    }                                                                          \
   } while (0)
 
 /* A call that must succeed; the rank gives up otherwise (peers would hang). */
-#define MUST(call)                                                                  \
-  do {                                                                              \
-    tideResult_t rc_ = (call);                                                      \
-    if (rc_ != tideSuccess) {                                                       \
-      printf("rank %d: line %d: %s returned %d (%s): %s\n", g_rank, __LINE__, #call, \
-             (int)rc_, tideGetErrorString(rc_), tideGetLastError(g_comm));          \
-      exit(1);                                                                      \
-    }                                                                               \
+#define MUST(call)                                                                             \
+  do {                                                                                         \
+    tideResult_t rc_ = (call);                                                                 \
+    if (rc_ != tideSuccess) {                                                                  \
+      printf("rank %d: line %d: %s returned %d (%s): %s\n", g_rank, __LINE__, #call, (int)rc_, \
+             tideGetErrorString(rc_), tideGetLastError(g_comm));                               \
+      exit(1);                                                                                 \
+    }                                                                                          \
   } while (0)
 
 /* A call that must fail with tideInvalidArgument and leave an explanation. */
-#define EXPECT_INVALID(call)                                                             \
-  do {                                                                                   \
-    tideResult_t rc_ = (call);                                                           \
-    EXPECT(rc_ == tideInvalidArgument, "%s returned %d (%s)", #call, (int)rc_,            \
-           tideGetErrorString(rc_));                                                     \
-    if (rc_ != tideSuccess) {                                                            \
-      const char* msg_ = tideGetLastError(g_comm);                                       \
-      EXPECT(msg_ != NULL && msg_[0] != '\0', "no last error after %s", #call);          \
-    }                                                                                    \
-    CheckAllReduce(__LINE__);                                                            \
+#define EXPECT_INVALID(call)                                                    \
+  do {                                                                          \
+    tideResult_t rc_ = (call);                                                  \
+    EXPECT(rc_ == tideInvalidArgument, "%s returned %d (%s)", #call, (int)rc_,  \
+           tideGetErrorString(rc_));                                            \
+    if (rc_ != tideSuccess) {                                                   \
+      const char* msg_ = tideGetLastError(g_comm);                              \
+      EXPECT(msg_ != NULL && msg_[0] != '\0', "no last error after %s", #call); \
+    }                                                                           \
+    CheckAllReduce(__LINE__);                                                   \
   } while (0)
 
 /* The communicator still works: a small sum AllReduce gives the right answer. */
@@ -87,51 +87,81 @@ static void Collectives(void) {
   MUST(tideAllReduce(fs, fr, kCount, tideFloat32, tideSum, g_comm, NULL));
   for (i = 0; i < kCount; ++i) {
     float want = (float)(n * (n - 1) / 2 + n * (i % 3));
-    if (fr[i] != want) { EXPECT(0, "AllReduce [%d] = %g, want %g", i, fr[i], want); break; }
+    if (fr[i] != want) {
+      EXPECT(0, "AllReduce [%d] = %g, want %g", i, fr[i], want);
+      break;
+    }
   }
 
-  for (i = 0; i < kCount; ++i) { is[i] = r == 2 ? 3 * i + 1 : -5; ir[i] = -1; }
+  for (i = 0; i < kCount; ++i) {
+    is[i] = r == 2 ? 3 * i + 1 : -5;
+    ir[i] = -1;
+  }
   MUST(tideBroadcast(r == 2 ? is : NULL, ir, kCount, tideInt32, 2, g_comm, NULL));
   for (i = 0; i < kCount; ++i) {
-    if (ir[i] != 3 * i + 1) { EXPECT(0, "Broadcast [%d] = %d", i, (int)ir[i]); break; }
+    if (ir[i] != 3 * i + 1) {
+      EXPECT(0, "Broadcast [%d] = %d", i, (int)ir[i]);
+      break;
+    }
   }
 
-  for (i = 0; i < kCount; ++i) { is[i] = (i * 7 + r * 13) % 50; ir[i] = -1; }
+  for (i = 0; i < kCount; ++i) {
+    is[i] = (i * 7 + r * 13) % 50;
+    ir[i] = -1;
+  }
   MUST(tideReduce(is, r == 1 ? ir : NULL, kCount, tideInt32, tideMax, 1, g_comm, NULL));
   for (i = 0; r == 1 && i < kCount; ++i) {
     int32_t want = 0;
     for (q = 0; q < n; ++q) want = (i * 7 + q * 13) % 50 > want ? (i * 7 + q * 13) % 50 : want;
-    if (ir[i] != want) { EXPECT(0, "Reduce max [%d] = %d, want %d", i, (int)ir[i], (int)want); break; }
+    if (ir[i] != want) {
+      EXPECT(0, "Reduce max [%d] = %d, want %d", i, (int)ir[i], (int)want);
+      break;
+    }
   }
 
   for (i = 0; i < kCount; ++i) is[i] = r * 100000 + i;
   MUST(tideAllGather(is, ir, kCount, tideInt32, g_comm, NULL));
   for (i = 0; i < n * kCount; ++i) {
     int32_t want = (i / kCount) * 100000 + i % kCount;
-    if (ir[i] != want) { EXPECT(0, "AllGather [%d] = %d, want %d", i, (int)ir[i], (int)want); break; }
+    if (ir[i] != want) {
+      EXPECT(0, "AllGather [%d] = %d, want %d", i, (int)ir[i], (int)want);
+      break;
+    }
   }
 
   for (i = 0; i < n * kCount; ++i) is[i] = r + i;
   MUST(tideReduceScatter(is, ir, kCount, tideInt32, tideSum, g_comm, NULL));
   for (i = 0; i < kCount; ++i) {
     int32_t want = n * (n - 1) / 2 + n * (r * kCount + i);
-    if (ir[i] != want) { EXPECT(0, "ReduceScatter [%d] = %d, want %d", i, (int)ir[i], (int)want); break; }
+    if (ir[i] != want) {
+      EXPECT(0, "ReduceScatter [%d] = %d, want %d", i, (int)ir[i], (int)want);
+      break;
+    }
   }
 
   for (i = 0; i < n * kCount; ++i) is[i] = r * 10000000 + (i / kCount) * 10000 + i % kCount;
   MUST(tideAlltoAll(is, ir, kCount, tideInt32, g_comm, NULL));
   for (i = 0; i < n * kCount; ++i) {
     int32_t want = (i / kCount) * 10000000 + r * 10000 + i % kCount;
-    if (ir[i] != want) { EXPECT(0, "AlltoAll [%d] = %d, want %d", i, (int)ir[i], (int)want); break; }
+    if (ir[i] != want) {
+      EXPECT(0, "AlltoAll [%d] = %d, want %d", i, (int)ir[i], (int)want);
+      break;
+    }
   }
 
-  for (i = 0; i < kCount; ++i) { is[i] = r * 1000 + i; ir[i] = -1; }
+  for (i = 0; i < kCount; ++i) {
+    is[i] = r * 1000 + i;
+    ir[i] = -1;
+  }
   MUST(tideGroupStart());
   MUST(tideSend(is, kCount, tideInt32, next, g_comm, NULL));
   MUST(tideRecv(ir, kCount, tideInt32, prev, g_comm, NULL));
   MUST(tideGroupEnd());
   for (i = 0; i < kCount; ++i) {
-    if (ir[i] != prev * 1000 + i) { EXPECT(0, "Send/Recv [%d] = %d", i, (int)ir[i]); break; }
+    if (ir[i] != prev * 1000 + i) {
+      EXPECT(0, "Send/Recv [%d] = %d", i, (int)ir[i]);
+      break;
+    }
   }
 
   /* count 0 with NULL buffers is allowed everywhere */

@@ -2,6 +2,7 @@
 #include "rank_harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -10,8 +11,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <dirent.h>
 
 #include <atomic>
 #include <cerrno>
@@ -54,9 +53,9 @@ void AppendBounded(std::string* out, const char* data, size_t n, size_t max_byte
 }
 
 bool IsHarnessKey(const std::string& key) {
-  static const char* kKeys[] = {"TIDE_RANK",        "TIDE_WORLD_SIZE", "TIDE_LOCAL_RANK",
-                                "TIDE_LOCAL_WORLD_SIZE", "TIDE_MASTER_ADDR", "TIDE_MASTER_PORT",
-                                "TIDE_SECRET",      "TIDE_JOB_ID"};
+  static const char* kKeys[] = {
+      "TIDE_RANK",        "TIDE_WORLD_SIZE",  "TIDE_LOCAL_RANK", "TIDE_LOCAL_WORLD_SIZE",
+      "TIDE_MASTER_ADDR", "TIDE_MASTER_PORT", "TIDE_SECRET",     "TIDE_JOB_ID"};
   for (const char* k : kKeys) {
     if (key == k) return true;
   }
@@ -129,8 +128,7 @@ std::string RunResult::Describe(size_t max_chars) const {
   std::string s;
   char line[256];
   snprintf(line, sizeof(line), "run: %zu ranks, %.2f s%s%s%s\n", ranks.size(), elapsed_s,
-           timed_out ? ", TIMED OUT" : "", error.empty() ? "" : ", harness error: ",
-           error.c_str());
+           timed_out ? ", TIMED OUT" : "", error.empty() ? "" : ", harness error: ", error.c_str());
   s += line;
   for (const auto& r : ranks) {
     if (r.exited) {
@@ -320,8 +318,7 @@ RunResult RunProcesses(const ProcessRunOptions& o) {
         rr.term_signal = WTERMSIG(st);
       }
       kill(-pids[r], SIGKILL);  // anything the rank left behind in its group
-      bool failed = !(rr.exited && rr.exit_code == 0) && !rr.hooked && !rr.reaped &&
-                    !rr.timed_out;
+      bool failed = !(rr.exited && rr.exit_code == 0) && !rr.hooked && !rr.reaped && !rr.timed_out;
       if (failed && o.kill_others_after_failure_ms >= 0 && reap_at_ms < 0) {
         reap_at_ms = now + o.kill_others_after_failure_ms;
       }

@@ -33,14 +33,14 @@ struct KillHook {
 };
 
 struct ProcessRunOptions {
-  std::string exe;                 // worker executable (absolute or relative path)
-  std::vector<std::string> args;   // argv[1..]
+  std::string exe;                // worker executable (absolute or relative path)
+  std::vector<std::string> args;  // argv[1..]
   int nranks = 1;
-  int local_world_size = -1;       // TIDE_LOCAL_WORLD_SIZE; -1 means nranks
-  EnvList env;                     // extra environment for every rank
+  int local_world_size = -1;  // TIDE_LOCAL_WORLD_SIZE; -1 means nranks
+  EnvList env;                // extra environment for every rank
   // Optional extra environment per rank (applied after `env`).
   std::function<EnvList(int rank)> rank_env;
-  int timeout_ms = 120000;         // whole run; then every rank gets SIGKILL
+  int timeout_ms = 120000;  // whole run; then every rank gets SIGKILL
   std::vector<KillHook> kills;
   // After the first rank fails (non-zero exit or signal not caused by a
   // KillHook), the others get this long to finish before SIGKILL; < 0 waits
@@ -51,7 +51,7 @@ struct ProcessRunOptions {
 
 struct RankResult {
   int rank = -1;
-  bool exited = false;     // normal exit (exit_code valid)
+  bool exited = false;  // normal exit (exit_code valid)
   int exit_code = -1;
   int term_signal = 0;     // signal that ended the process, or 0
   bool timed_out = false;  // still running at the run's deadline
@@ -65,7 +65,7 @@ struct RunResult {
   std::vector<RankResult> ranks;
   bool timed_out = false;
   double elapsed_s = 0;
-  std::string error;  // harness failure (could not start), empty otherwise
+  std::string error;   // harness failure (could not start), empty otherwise
   std::string job_id;  // TIDE_JOB_ID of a process run
   // /dev/shm/tide-<job_id>* entries found after a process run ended; the
   // harness removes them (a clean run should leave none).

@@ -1,5 +1,7 @@
 // RunCase: one collective on this rank, checked against a serial reference.
 // See coll_check.h for the input design that keeps every reference exact.
+#include "coll_check.h"
+
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -7,7 +9,6 @@
 #include <cstring>
 #include <memory>
 
-#include "coll_check.h"
 #include "minifloat.h"
 
 namespace tide_test {
@@ -22,6 +23,11 @@ uint64_t Mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// Maps a uniform 64-bit value onto [0, m) without a division.
+inline uint64_t Below(uint64_t h, uint64_t m) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * m) >> 64);
 }
 
 enum Kind { kSigned, kUnsigned, kFloat };
@@ -60,19 +66,42 @@ struct NativeFloatT {
   }
 };
 
+// Lookup tables that make the narrow formats cheap: every code decoded, and
+// the encoding of every integer in [-kIntRange, kIntRange] (all generated
+// inputs are such integers).
+constexpr int kIntRange = 4096;
+struct MiniTables {
+  MiniTables(MiniFormat f, int bits) : decode(size_t{1} << bits), enc_int(2 * kIntRange + 1) {
+    for (size_t c = 0; c < decode.size(); ++c) decode[c] = DecodeMini(static_cast<uint32_t>(c), f);
+    for (int v = -kIntRange; v <= kIntRange; ++v) enc_int[v + kIntRange] = EncodeMini(v, f);
+  }
+  std::vector<double> decode;
+  std::vector<uint32_t> enc_int;
+};
+
 template <typename S, int E, int M, bool Inf>
 struct MiniT {
   using C = double;
   static constexpr Kind kind = kFloat;
   static constexpr size_t size = sizeof(S);
   static constexpr MiniFormat kFmt{E, M, Inf};
+  static const MiniTables& Tables() {
+    static const MiniTables t(kFmt, 8 * sizeof(S));  // thread-safe initialisation
+    return t;
+  }
   static C Load(const uint8_t* p, size_t i) {
     S s;
     memcpy(&s, p + i * sizeof(S), sizeof(S));
-    return DecodeMini(s, kFmt);
+    return Tables().decode[s];
   }
   static void Store(uint8_t* p, size_t i, C v) {
-    S s = static_cast<S>(EncodeMini(v, kFmt));
+    const int64_t iv = static_cast<int64_t>(v);
+    S s;
+    if (static_cast<C>(iv) == v && iv >= -kIntRange && iv <= kIntRange) {
+      s = static_cast<S>(Tables().enc_int[iv + kIntRange]);
+    } else {
+      s = static_cast<S>(EncodeMini(v, kFmt));
+    }
     memcpy(p + i * sizeof(S), &s, sizeof(S));
   }
 };
@@ -80,19 +109,32 @@ struct MiniT {
 template <typename F>
 void Dispatch(tideDataType_t t, F&& f) {
   switch (t) {
-    case tideInt8: return f(IntT<int8_t, int64_t, kSigned>{});
-    case tideUint8: return f(IntT<uint8_t, uint64_t, kUnsigned>{});
-    case tideInt32: return f(IntT<int32_t, int64_t, kSigned>{});
-    case tideUint32: return f(IntT<uint32_t, uint64_t, kUnsigned>{});
-    case tideInt64: return f(IntT<int64_t, int64_t, kSigned>{});
-    case tideUint64: return f(IntT<uint64_t, uint64_t, kUnsigned>{});
-    case tideFloat16: return f(MiniT<uint16_t, 5, 10, true>{});
-    case tideFloat32: return f(NativeFloatT<float>{});
-    case tideFloat64: return f(NativeFloatT<double>{});
-    case tideBfloat16: return f(MiniT<uint16_t, 8, 7, true>{});
-    case tideFloat8e4m3: return f(MiniT<uint8_t, 4, 3, false>{});
-    case tideFloat8e5m2: return f(MiniT<uint8_t, 5, 2, true>{});
-    default: return;
+    case tideInt8:
+      return f(IntT<int8_t, int64_t, kSigned>{});
+    case tideUint8:
+      return f(IntT<uint8_t, uint64_t, kUnsigned>{});
+    case tideInt32:
+      return f(IntT<int32_t, int64_t, kSigned>{});
+    case tideUint32:
+      return f(IntT<uint32_t, uint64_t, kUnsigned>{});
+    case tideInt64:
+      return f(IntT<int64_t, int64_t, kSigned>{});
+    case tideUint64:
+      return f(IntT<uint64_t, uint64_t, kUnsigned>{});
+    case tideFloat16:
+      return f(MiniT<uint16_t, 5, 10, true>{});
+    case tideFloat32:
+      return f(NativeFloatT<float>{});
+    case tideFloat64:
+      return f(NativeFloatT<double>{});
+    case tideBfloat16:
+      return f(MiniT<uint16_t, 8, 7, true>{});
+    case tideFloat8e4m3:
+      return f(MiniT<uint8_t, 4, 3, false>{});
+    case tideFloat8e5m2:
+      return f(MiniT<uint8_t, 5, 2, true>{});
+    default:
+      return;
   }
 }
 
@@ -107,15 +149,24 @@ struct TypeParams {
 
 TypeParams ParamsOf(tideDataType_t t) {
   switch (t) {
-    case tideInt8: return {127, 6, 0, 0};
-    case tideUint8: return {255, 7, 0, 0};
-    case tideFloat16: return {2048, 15, 2048, std::ldexp(1.0, -10)};
-    case tideFloat32: return {1 << 24, 30, 1 << 20, std::ldexp(1.0, -23)};
-    case tideFloat64: return {1 << 30, 30, int64_t{1} << 40, std::ldexp(1.0, -52)};
-    case tideBfloat16: return {256, 30, 256, std::ldexp(1.0, -7)};
-    case tideFloat8e4m3: return {16, 8, 16, std::ldexp(1.0, -3)};
-    case tideFloat8e5m2: return {8, 15, 8, std::ldexp(1.0, -2)};
-    default: return {1 << 30, 30, 0, 0};
+    case tideInt8:
+      return {127, 6, 0, 0};
+    case tideUint8:
+      return {255, 7, 0, 0};
+    case tideFloat16:
+      return {2048, 15, 2048, std::ldexp(1.0, -10)};
+    case tideFloat32:
+      return {1 << 24, 30, 1 << 20, std::ldexp(1.0, -23)};
+    case tideFloat64:
+      return {1 << 30, 30, int64_t{1} << 40, std::ldexp(1.0, -52)};
+    case tideBfloat16:
+      return {256, 30, 256, std::ldexp(1.0, -7)};
+    case tideFloat8e4m3:
+      return {16, 8, 16, std::ldexp(1.0, -3)};
+    case tideFloat8e5m2:
+      return {8, 15, 8, std::ldexp(1.0, -2)};
+    default:
+      return {1 << 30, 30, 0, 0};
   }
 }
 
@@ -142,13 +193,16 @@ class Gen {
     switch (op_) {
       case tideSum:
       case tideAvg:
-        if (T::kind == kSigned) return static_cast<C>(static_cast<int64_t>(h % 5) - 2);
-        if (sum_v_ >= 1) return static_cast<C>(h % static_cast<uint64_t>(sum_v_ + 1));
+        if (T::kind == kSigned) return static_cast<C>(static_cast<int64_t>(Below(h, 5)) - 2);
+        if (sum_v_ >= 1) return static_cast<C>(Below(h, static_cast<uint64_t>(sum_v_ + 1)));
         return static_cast<C>(idx % n_ == static_cast<size_t>(rank) ? 1 : 0);
       case tideProd: {
         const uint64_t hi = Mix(idx_base_ + (idx + 1) * kGolden);
-        const uint64_t twos = hi % static_cast<uint64_t>(prod_k_ + 1);
-        const uint64_t pos = ((hi >> 32) + static_cast<uint64_t>(rank)) % n_;
+        // The ranks at cyclic positions [0, twos) from a per-index offset
+        // contribute a 2: exactly `twos` factors of 2 per element.
+        const uint64_t twos = Below(hi, static_cast<uint64_t>(prod_k_ + 1));
+        uint64_t pos = Below(hi * kGolden, static_cast<uint64_t>(n_)) + static_cast<uint64_t>(rank);
+        if (pos >= static_cast<uint64_t>(n_)) pos -= static_cast<uint64_t>(n_);
         C mag = static_cast<C>(pos < twos ? 2 : 1);
         if constexpr (T::kind != kUnsigned) {
           if ((h & 3) == 0) return -mag;
@@ -157,8 +211,8 @@ class Gen {
       }
       default:
         if constexpr (T::kind == kFloat) {
-          return static_cast<C>(static_cast<int64_t>(h % static_cast<uint64_t>(2 * range_ + 1)) -
-                                range_);
+          const uint64_t span = static_cast<uint64_t>(2 * range_ + 1);
+          return static_cast<C>(static_cast<int64_t>(Below(h, span)) - range_);
         } else {
           return T::FromRaw(h);
         }
@@ -173,10 +227,18 @@ class Gen {
     for (int r = 1; r < n_; ++r) {
       const C v = Value<T>(r, idx);
       switch (op_) {
-        case tideProd: acc = acc * v; break;
-        case tideMax: acc = v > acc ? v : acc; break;
-        case tideMin: acc = v < acc ? v : acc; break;
-        default: acc = acc + v; break;
+        case tideProd:
+          acc = acc * v;
+          break;
+        case tideMax:
+          acc = v > acc ? v : acc;
+          break;
+        case tideMin:
+          acc = v < acc ? v : acc;
+          break;
+        default:
+          acc = acc + v;
+          break;
       }
     }
     if (op_ == tideAvg) acc = acc / static_cast<C>(n_);  // C division for integers
@@ -292,8 +354,7 @@ void CheckReduced(const Gen& g, tideDataType_t dt, const uint8_t* got, size_t ne
       }
     }
     if (bad) {
-      pr->Add(what, first, Fmt(g0) + "(" + Hex(got + first * T::size, T::size) + ")", Fmt(e0),
-              bad);
+      pr->Add(what, first, Fmt(g0) + "(" + Hex(got + first * T::size, T::size) + ")", Fmt(e0), bad);
     }
   });
 }
@@ -316,8 +377,8 @@ void FillRaw(const Gen& g, size_t esz, int rank, uint8_t* p, size_t nelem, size_
   }
 }
 
-void CheckRaw(const Gen& g, size_t esz, int src_rank, const uint8_t* got, size_t nelem,
-              size_t idx0, const char* what, Problems* pr) {
+void CheckRaw(const Gen& g, size_t esz, int src_rank, const uint8_t* got, size_t nelem, size_t idx0,
+              const char* what, Problems* pr) {
   size_t bad = 0, first = 0;
   uint64_t want = 0;
   for (size_t j = 0; j < nelem; ++j) {

@@ -25,7 +25,15 @@
 
 namespace tide_test {
 
-enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSendRecv };
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kSendRecv
+};
 inline constexpr int kNumColls = 7;
 
 // Count that stands for "1 MiB / element size + 3 elements" in a spec.
@@ -39,8 +47,8 @@ struct CaseSpec {
   tideRedOp_t op = tideSum;  // reducing collectives only
   size_t count = 0;          // per rank, as the API's count argument
   bool inplace = false;
-  int root = -1;             // rooted collectives only
-  bool use_stream = false;   // enqueue on a host stream, then synchronize
+  int root = -1;            // rooted collectives only
+  bool use_stream = false;  // enqueue on a host stream, then synchronize
 };
 
 struct CaseEnv {
@@ -48,7 +56,7 @@ struct CaseEnv {
   int rank = 0;
   int nranks = 1;
   uint64_t seed = 1;
-  uint64_t case_id = 0;          // must be the same on every rank for one case
+  uint64_t case_id = 0;           // must be the same on every rank for one case
   tideStream_t stream = nullptr;  // used when CaseSpec::use_stream
 };
 
@@ -73,8 +81,7 @@ CaseResult RunCase(const CaseSpec& spec, const CaseEnv& env, std::string* log);
 //                ends (0 and n-1), or numbers
 //   stream [0]: 1 runs the cases on a host stream
 // Returns false and sets *err on a malformed spec.
-bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
-                std::string* err);
+bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out, std::string* err);
 
 const char* CollName(Coll c);
 const char* DtypeName(tideDataType_t t);

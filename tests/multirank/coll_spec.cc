@@ -8,7 +8,7 @@
 namespace tide_test {
 namespace {
 
-const char* const kCollNames[kNumColls] = {"allreduce",     "broadcast", "reduce", "allgather",
+const char* const kCollNames[kNumColls] = {"allreduce",     "broadcast", "reduce",  "allgather",
                                            "reducescatter", "alltoall",  "sendrecv"};
 const char* const kDtypeNames[tideNumTypes] = {"int8",    "uint8",    "int32",   "uint32",
                                                "int64",   "uint64",   "float16", "float32",
@@ -88,13 +88,12 @@ size_t DtypeSize(tideDataType_t t) {
 std::string DescribeCase(const CaseSpec& s) {
   char buf[256];
   snprintf(buf, sizeof(buf), "coll=%s dtype=%s op=%s count=%zu inplace=%d root=%d stream=%d",
-           CollName(s.coll), DtypeName(s.dtype), IsReducing(s.coll) ? OpName(s.op) : "-",
-           s.count, s.inplace ? 1 : 0, s.root, s.use_stream ? 1 : 0);
+           CollName(s.coll), DtypeName(s.dtype), IsReducing(s.coll) ? OpName(s.op) : "-", s.count,
+           s.inplace ? 1 : 0, s.root, s.use_stream ? 1 : 0);
   return buf;
 }
 
-bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
-                std::string* err) {
+bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out, std::string* err) {
   std::vector<int> colls, dtypes, ops, inplace = {0, 1};
   std::vector<size_t> counts;
   std::string roots = "all";

@@ -20,8 +20,7 @@
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 int Usage(const char* msg) {
@@ -66,8 +65,8 @@ int main(int argc, char** argv) {
   const char* env_rank = getenv("TIDE_RANK");
   const char* env_size = getenv("TIDE_WORLD_SIZE");
   if (env_rank && env_size && (atoi(env_rank) != rank || atoi(env_size) != nranks)) {
-    fprintf(stderr, "rank %d of %d does not match TIDE_RANK=%s TIDE_WORLD_SIZE=%s\n", rank,
-            nranks, env_rank, env_size);
+    fprintf(stderr, "rank %d of %d does not match TIDE_RANK=%s TIDE_WORLD_SIZE=%s\n", rank, nranks,
+            env_rank, env_size);
     return 2;
   }
   const double t_init = Now();
@@ -147,9 +146,10 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (!quiet || failures) {
-    printf("rank %d/%d: %zu cases, %d failed on this rank, %d on all ranks; init %.2f s, "
-           "cases %.2f s\n",
-           rank, nranks, done, failures, total, t_init - t0, Now() - t_init);
+    printf(
+        "rank %d/%d: %zu cases, %d failed on this rank, %d on all ranks; init %.2f s, "
+        "cases %.2f s\n",
+        rank, nranks, done, failures, total, t_init - t0, Now() - t_init);
   }
   return failures ? 1 : 0;
 }

@@ -30,14 +30,14 @@ double BusyCompute(double ms) {
   return acc;
 }
 
-#define CHECK_RC(call)                                                                    \
-  do {                                                                                    \
-    tideResult_t rc_ = (call);                                                            \
-    if (rc_ != tideSuccess) {                                                             \
-      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__,       \
-               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                      \
-      return 1;                                                                           \
-    }                                                                                     \
+#define CHECK_RC(call)                                                              \
+  do {                                                                              \
+    tideResult_t rc_ = (call);                                                      \
+    if (rc_ != tideSuccess) {                                                       \
+      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
+               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
+      return 1;                                                                     \
+    }                                                                               \
   } while (0)
 
 int StreamChecks(ThreadRank& ctx) {
@@ -80,8 +80,10 @@ int StreamChecks(ThreadRank& ctx) {
     code = 1;
   }
   if (in_progress == 0) {
-    ctx.Logf("rank %d: tideStreamQuery never returned tideInProgress: the enqueue did not "
-             "return before the 64 MiB AllReduce finished\n", r);
+    ctx.Logf(
+        "rank %d: tideStreamQuery never returned tideInProgress: the enqueue did not "
+        "return before the 64 MiB AllReduce finished\n",
+        r);
     code = 1;
   }
   tideResult_t sync = tideStreamSynchronize(stream);

@@ -22,14 +22,14 @@
 namespace tide_test {
 namespace {
 
-#define CHECK_RC(call)                                                                    \
-  do {                                                                                    \
-    tideResult_t rc_ = (call);                                                            \
-    if (rc_ != tideSuccess) {                                                             \
-      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__,       \
-               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                      \
-      return 1;                                                                           \
-    }                                                                                     \
+#define CHECK_RC(call)                                                              \
+  do {                                                                              \
+    tideResult_t rc_ = (call);                                                      \
+    if (rc_ != tideSuccess) {                                                       \
+      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
+               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
+      return 1;                                                                     \
+    }                                                                               \
   } while (0)
 
 // Value of element i of the message from src to dst with a tag.
@@ -44,8 +44,8 @@ std::vector<int32_t> Msg(int src, int dst, size_t count, int tag) {
 }
 
 // Compares a received message; logs the first mismatch.
-bool CheckMsg(ThreadRank& ctx, const char* what, const std::vector<int32_t>& got, int src,
-              int dst, int tag) {
+bool CheckMsg(ThreadRank& ctx, const char* what, const std::vector<int32_t>& got, int src, int dst,
+              int tag) {
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != V(src, dst, i, tag)) {
       ctx.Logf("rank %d: %s: message %d->%d (%zu elements) index %zu: got %d expected %d\n",
@@ -114,7 +114,8 @@ int Mixed(ThreadRank& ctx) {
   }
   for (size_t i = 0; i < cb; ++i) {
     int32_t want = 0;
-    for (int q = 0; q < n; ++q) want = std::max(want, static_cast<int32_t>((i * 31 + q * 17) % 101));
+    for (int q = 0; q < n; ++q)
+      want = std::max(want, static_cast<int32_t>((i * 31 + q * 17) % 101));
     if (b[i] != want) {
       ctx.Logf("rank %d: Mixed: in-place AllReduce max index %zu got %d expected %d\n", r, i, b[i],
                want);
@@ -139,11 +140,11 @@ int TwoComms(ThreadRank& ctx) {
   std::vector<int32_t> s = Msg(sr, snext, 4097, 3), rv(4097, -1);
   int code = 0;
   tideResult_t rc = tideGroupStart();
-  if (rc == tideSuccess) rc = tideAllReduce(all.data(), all_out.data(), c, tideInt32, tideSum,
-                                            ctx.comm, nullptr);
+  if (rc == tideSuccess)
+    rc = tideAllReduce(all.data(), all_out.data(), c, tideInt32, tideSum, ctx.comm, nullptr);
   if (rc == tideSuccess) rc = tideSend(s.data(), s.size(), tideInt32, snext, sub, nullptr);
-  if (rc == tideSuccess) rc = tideAllReduce(part.data(), part_out.data(), c, tideInt32, tideSum,
-                                            sub, nullptr);
+  if (rc == tideSuccess)
+    rc = tideAllReduce(part.data(), part_out.data(), c, tideInt32, tideSum, sub, nullptr);
   if (rc == tideSuccess) rc = tideRecv(rv.data(), rv.size(), tideInt32, sprev, sub, nullptr);
   tideResult_t end = tideGroupEnd();
   if (rc != tideSuccess || end != tideSuccess) {
@@ -155,8 +156,8 @@ int TwoComms(ThreadRank& ctx) {
   for (int q = r % 2; q < n; q += 2) want_part += q;
   for (size_t i = 0; code == 0 && i < c; ++i) {
     if (all_out[i] != want_all || part_out[i] != want_part) {
-      ctx.Logf("rank %d: TwoComms index %zu: comm sum %d (want %d), split sum %d (want %d)\n", r,
-               i, all_out[i], want_all, part_out[i], want_part);
+      ctx.Logf("rank %d: TwoComms index %zu: comm sum %d (want %d), split sum %d (want %d)\n", r, i,
+               all_out[i], want_all, part_out[i], want_part);
       code = 1;
     }
   }
@@ -210,6 +211,8 @@ int GroupChecks(ThreadRank& ctx) {
       return 1;
     }
   }
+  ctx.Logf("rank %d of %d: %zu group checks passed\n", ctx.rank, ctx.nranks,
+           sizeof(kSteps) / sizeof(kSteps[0]));
   return 0;
 }
 
@@ -223,6 +226,7 @@ void RunAsProcesses(int nranks, bool tcp) {
   if (tcp) o.env.emplace_back("TIDE_SHM_DISABLE", "1");
   RunResult r = RunProcesses(o);
   EXPECT_TRUE(r.AllOk()) << r.Describe();
+  if (r.AllOk()) printf("%s", r.ranks[0].output.c_str());
 }
 
 TEST(Groups, Threads4) {

@@ -15,14 +15,14 @@ namespace {
 
 constexpr int kRanks = 4;
 
-#define CHECK_RC(call)                                                                    \
-  do {                                                                                    \
-    tideResult_t rc_ = (call);                                                            \
-    if (rc_ != tideSuccess) {                                                             \
-      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__,       \
-               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                      \
-      return 1;                                                                           \
-    }                                                                                     \
+#define CHECK_RC(call)                                                              \
+  do {                                                                              \
+    tideResult_t rc_ = (call);                                                      \
+    if (rc_ != tideSuccess) {                                                       \
+      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
+               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
+      return 1;                                                                     \
+    }                                                                               \
   } while (0)
 
 int RunSpecs(ThreadRank& ctx, const std::vector<std::string>& specs) {
@@ -88,8 +88,8 @@ int SplitChecks(ThreadRank& ctx) {
   int64_t sum_in = r, sum_out = -1;
   if (code == 0) {
     tideResult_t rc = tideAllGather(&mine, gathered.data(), 1, tideInt32, sub, nullptr);
-    if (rc == tideSuccess) rc = tideAllReduce(&sum_in, &sum_out, 1, tideInt64, tideSum, sub,
-                                              nullptr);
+    if (rc == tideSuccess)
+      rc = tideAllReduce(&sum_in, &sum_out, 1, tideInt64, tideSum, sub, nullptr);
     if (rc != tideSuccess) {
       ctx.Logf("rank %d: collective on split failed: %s: %s\n", r, tideGetErrorString(rc),
                tideGetLastError(sub));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/auth.h"
@@ -277,12 +278,12 @@ class RankCtx final : public SetupContext {
   uint8_t secret_[kSecretBytes];
   int timeout = 30;
   std::function<void(const void* all)> afterGather;
+  std::atomic<bool> abort_{false};
 
  private:
   int rank_, n_;
   Socket hub_;
   std::vector<PeerInfo> peers_;
-  std::atomic<bool> abort_{false};
 };
 
 using RankBody = std::function<std::string(RankCtx&)>;
@@ -524,6 +525,24 @@ std::string wrongSecret(RankCtx& ctx) {
   }
   return "";
 }
+
+// Rank 1 never connects; raising the abort flag ends rank 0's wait quickly.
+std::string abortWhileAccepting(RankCtx& ctx) {
+  std::vector<std::unique_ptr<Connection>> conns;
+  if (ctx.rank() == 1) return TcpTransport().connect(ctx, {}, &conns).ok() ? "" : "connect failed";
+  std::thread raiser([&] {
+    usleep(300 * 1000);
+    ctx.abort_ = true;
+  });
+  auto t0 = Clock::now();
+  Status s = ctx.connectAll(&conns);
+  raiser.join();
+  RANK_CHECK(s.code() == tideRemoteError && conns.empty());
+  RANK_CHECK(secondsSince(t0) < 5);
+  return "";
+}
+
+TEST(TcpRanks, AbortEndsSetup) { EXPECT_EQ(runRanks(2, abortWhileAccepting), ""); }
 
 TEST(TcpRanks, WrongSecretIsRejected) { EXPECT_EQ(runRanks(2, wrongSecret), ""); }
 

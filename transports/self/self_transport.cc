@@ -116,6 +116,6 @@ class SelfTransport final : public Transport {
 
 }  // namespace
 
-TIDE_ON_LOAD(registerTransport(new SelfTransport()));
+TIDE_ON_LOAD(static SelfTransport transport; ::tide::registerTransport(&transport));
 
 }  // namespace tide

@@ -321,6 +321,6 @@ class ShmTransport final : public Transport {
 
 }  // namespace
 
-TIDE_ON_LOAD(::tide::registerTransport(new ShmTransport()));
+TIDE_ON_LOAD(static ShmTransport transport; ::tide::registerTransport(&transport));
 
 }  // namespace tide::shm

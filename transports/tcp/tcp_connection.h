@@ -47,6 +47,7 @@ class TcpConnection final : public Connection {
   uint64_t recvsDone() const override { return recvsDone_; }
   // Readable when a posted receive can move, writable when a send can.
   int pollFd() const override { return sock_.fd(); }
+  bool pollForWrite() const override { return !sends_.empty(); }
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
   int peerRank() const { return peer_; }

@@ -377,6 +377,6 @@ Status TcpTransport::connect(SetupContext& ctx, const std::vector<int>& peers,
   return Status::Ok();
 }
 
-TIDE_ON_LOAD(::tide::registerTransport(new TcpTransport()));
+TIDE_ON_LOAD(static TcpTransport transport; ::tide::registerTransport(&transport));
 
 }  // namespace tide
