@@ -200,7 +200,9 @@ tideResult_t tideAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           tideDataType_t datatype, tideComm_t comm, tideStream_t stream);
 
 /* Point to point. Sends and receives between one pair of ranks are matched in
- * the order they were issued. Inside a group, any order never deadlocks. */
+ * the order they were issued. Inside a group, any order never deadlocks, and a
+ * receive may target the buffer a send of the same group reads (it lands once
+ * the send has read it). */
 tideResult_t tideSend(const void* sendbuff, size_t count, tideDataType_t datatype, int peer,
                       tideComm_t comm, tideStream_t stream);
 tideResult_t tideRecv(void* recvbuff, size_t count, tideDataType_t datatype, int peer,

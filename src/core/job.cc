@@ -39,16 +39,46 @@ Task chainTask(ExecCtx& ctx, std::vector<const OpDesc*> ops, const KernelTable* 
   }
 }
 
-Task p2pTask(ExecCtx& ctx) {
-  const CollArgs& a = ctx.args();
-  size_t bytes = a.count * a.elemSize;
-  if (a.type == CollType::Send) {
-    Pending p = ctx.send(a.root, a.sendbuff, bytes);
-    co_await ctx.wait(p);
-  } else {
-    Pending p = ctx.recv(a.root, a.recvbuff, bytes);
-    co_await ctx.wait(p);
+bool overlaps(const char* a, size_t an, const char* b, size_t bn) {
+  return an > 0 && bn > 0 && a < b + bn && b < a + an;
+}
+
+// Every send/recv of one communicator in a job, posted in issue order and
+// completed together. A receive whose buffer overlaps a send of the batch
+// (nccl-tests' in-place sendrecv) lands in scratch and is copied out once
+// every transfer is done.
+Task p2pBatchTask(ExecCtx& ctx, std::vector<const OpDesc*> ops) {
+  struct Staged {
+    char* tmp;
+    void* dst;
+    size_t bytes;
+  };
+  std::vector<Staged> staged;
+  std::vector<Pending> all;
+  for (const OpDesc* op : ops) {
+    const CollArgs& a = op->args;
+    size_t bytes = a.count * a.elemSize;
+    if (a.type == CollType::Send) {
+      all.push_back(ctx.send(a.root, a.sendbuff, bytes));
+      continue;
+    }
+    char* dst = static_cast<char*>(a.recvbuff);
+    bool clash = false;
+    for (const OpDesc* other : ops) {
+      const CollArgs& b = other->args;
+      clash |= b.type == CollType::Send &&
+               overlaps(dst, bytes, static_cast<const char*>(b.sendbuff), b.count * b.elemSize);
+    }
+    if (clash) {
+      char* tmp = static_cast<char*>(ctx.scratch(bytes));
+      if (tmp == nullptr) co_return;
+      staged.push_back({tmp, dst, bytes});
+      dst = tmp;
+    }
+    all.push_back(ctx.recv(a.root, dst, bytes));
   }
+  co_await ctx.waitAll(all);
+  for (const Staged& st : staged) ctx.copy(st.dst, st.tmp, st.bytes);
 }
 
 std::string describe(const OpDesc& op) {
@@ -91,12 +121,17 @@ Status runOps(Job& job) {
       initItem(*r, comm, chainTask(*r->ctx, colls, k), what);
       runs.push_back(std::move(r));
     }
+    std::vector<const OpDesc*> p2p;
     for (const OpDesc& op : job.ops) {
-      if (op.comm != comm || op.algo != nullptr) continue;
+      if (op.comm == comm && op.algo == nullptr) p2p.push_back(&op);
+    }
+    if (!p2p.empty()) {
       auto r = std::make_unique<Run>();
-      r->ctx = std::make_unique<ExecCtx>(op.args, comm->rank, comm->nranks, comm->conns.data(),
-                                         kP2pChannel, k, comm->chunkBytes);
-      initItem(*r, comm, p2pTask(*r->ctx), describe(op));
+      r->ctx = std::make_unique<ExecCtx>(p2p[0]->args, comm->rank, comm->nranks,
+                                         comm->conns.data(), kP2pChannel, k, comm->chunkBytes);
+      std::string what = describe(*p2p[0]);
+      if (p2p.size() > 1) what += " and " + std::to_string(p2p.size() - 1) + " more";
+      initItem(*r, comm, p2pBatchTask(*r->ctx, p2p), what);
       runs.push_back(std::move(r));
     }
   }
