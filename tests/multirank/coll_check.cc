@@ -260,20 +260,24 @@ class Gen {
 };
 
 // ---- Buffers with guards --------------------------------------------------
+// Layout: [offset bytes][guard][data][guard]; data sits `offset` bytes past
+// a 64-byte boundary.
 class Buf {
  public:
-  explicit Buf(size_t bytes) : bytes_(bytes) {
-    const size_t total = (bytes + 2 * kGuardBytes + 63) / 64 * 64;
+  Buf(size_t bytes, size_t offset) : bytes_(bytes), start_(offset) {
+    const size_t total = (offset + bytes + 2 * kGuardBytes + 63) / 64 * 64;
     mem_.reset(static_cast<uint8_t*>(aligned_alloc(64, total)));
-    memset(mem_.get(), kGuard, kGuardBytes);
-    memset(mem_.get() + kGuardBytes + bytes, kGuard, kGuardBytes);
+    memset(mem_.get() + start_, kGuard, kGuardBytes);
+    memset(data() + bytes, kGuard, kGuardBytes);
     memset(data(), kPoison, bytes);
   }
-  uint8_t* data() { return mem_.get() + kGuardBytes; }
+  uint8_t* data() { return mem_.get() + start_ + kGuardBytes; }
   size_t bytes() const { return bytes_; }
   bool GuardsOk() const {
+    const uint8_t* before = mem_.get() + start_;
+    const uint8_t* after = before + kGuardBytes + bytes_;
     for (size_t i = 0; i < kGuardBytes; ++i) {
-      if (mem_.get()[i] != kGuard || mem_.get()[kGuardBytes + bytes_ + i] != kGuard) return false;
+      if (before[i] != kGuard || after[i] != kGuard) return false;
     }
     return true;
   }
@@ -282,7 +286,7 @@ class Buf {
   struct Free {
     void operator()(uint8_t* p) const { free(p); }
   };
-  size_t bytes_;
+  size_t bytes_, start_;
   std::unique_ptr<uint8_t, Free> mem_;
 };
 
@@ -415,55 +419,6 @@ void CheckSame(const uint8_t* p, const std::vector<uint8_t>& before, const char*
   pr->Add(b);
 }
 
-// Issues the collective of `s`; *api names the call that returned last.
-tideResult_t IssueCollective(const CaseSpec& s, const CaseEnv& e, const void* send, void* recv,
-                             const char** api) {
-  tideStream_t st = s.use_stream ? e.stream : nullptr;
-  tideComm_t c = e.comm;
-  switch (s.coll) {
-    case Coll::kAllReduce:
-      *api = "tideAllReduce";
-      return tideAllReduce(send, recv, s.count, s.dtype, s.op, c, st);
-    case Coll::kBroadcast:
-      *api = "tideBroadcast";
-      return tideBroadcast(send, recv, s.count, s.dtype, s.root, c, st);
-    case Coll::kReduce:
-      *api = "tideReduce";
-      return tideReduce(send, recv, s.count, s.dtype, s.op, s.root, c, st);
-    case Coll::kAllGather:
-      *api = "tideAllGather";
-      return tideAllGather(send, recv, s.count, s.dtype, c, st);
-    case Coll::kReduceScatter:
-      *api = "tideReduceScatter";
-      return tideReduceScatter(send, recv, s.count, s.dtype, s.op, c, st);
-    case Coll::kAlltoAll:
-      *api = "tideAlltoAll";
-      return tideAlltoAll(send, recv, s.count, s.dtype, c, st);
-    case Coll::kSendRecv: {
-      const int next = (e.rank + 1) % e.nranks, prev = (e.rank - 1 + e.nranks) % e.nranks;
-      *api = "tideGroupStart";
-      tideResult_t rc = tideGroupStart();
-      if (rc != tideSuccess) return rc;
-      *api = "tideSend";
-      tideResult_t rs = tideSend(send, s.count, s.dtype, next, c, st);
-      *api = "tideRecv";
-      tideResult_t rr = tideRecv(recv, s.count, s.dtype, prev, c, st);
-      *api = "tideGroupEnd";
-      rc = tideGroupEnd();
-      if (rs != tideSuccess) {
-        *api = "tideSend";
-        return rs;
-      }
-      if (rr != tideSuccess) {
-        *api = "tideRecv";
-        return rr;
-      }
-      return rc;
-    }
-  }
-  return tideInternalError;
-}
-
 }  // namespace
 
 CaseResult RunCase(const CaseSpec& s, const CaseEnv& e, std::string* log) {
@@ -481,7 +436,9 @@ CaseResult RunCase(const CaseSpec& s, const CaseEnv& e, std::string* log) {
   if (s.coll == Coll::kAlltoAll) send_elems = recv_elems = cnt * n;
   const size_t ip_elems = std::max(send_elems, recv_elems);
 
-  Buf sendb(s.inplace ? 0 : send_elems * esz), recvb(s.inplace ? ip_elems * esz : recv_elems * esz);
+  const size_t off = s.offset_elems * esz;
+  Buf sendb(s.inplace ? 0 : send_elems * esz, off);
+  Buf recvb(s.inplace ? ip_elems * esz : recv_elems * esz, off);
   uint8_t* send = s.inplace ? recvb.data() : sendb.data();
   uint8_t* recv = recvb.data();
   if (s.inplace && s.coll == Coll::kAllGather) send = recv + r * cnt * esz;

@@ -49,6 +49,7 @@ struct CaseSpec {
   bool inplace = false;
   int root = -1;            // rooted collectives only
   bool use_stream = false;  // enqueue on a host stream, then synchronize
+  size_t offset_elems = 0;  // buffers start this many elements past a 64-byte boundary
 };
 
 struct CaseEnv {
@@ -68,6 +69,12 @@ enum CaseResult { kCasePass = 0, kCaseMismatch = 1, kCaseError = 2 };
 // longer be usable.
 CaseResult RunCase(const CaseSpec& spec, const CaseEnv& env, std::string* log);
 
+// Issues the library call(s) of `s` with the given buffers (Send/Recv: a ring
+// inside one group) on e.stream when s.use_stream; *api names the call whose
+// result is returned. Does not wait for a stream.
+tideResult_t IssueCollective(const CaseSpec& s, const CaseEnv& e, const void* send, void* recv,
+                             const char** api);
+
 // Expands a spec string such as
 //   "colls=allreduce,reduce;dtypes=all;ops=all;counts=small,large;inplace=both;roots=all"
 // into cases for `nranks` ranks. Keys (all optional, default in brackets):
@@ -80,6 +87,7 @@ CaseResult RunCase(const CaseSpec& spec, const CaseEnv& env, std::string* log);
 //   roots [all]: all (every root up to kSmallLimit elements, 0 and n-1 above),
 //                ends (0 and n-1), or numbers
 //   stream [0]: 1 runs the cases on a host stream
+//   offset [0]: buffers start this many elements past a 64-byte boundary
 // Returns false and sets *err on a malformed spec.
 bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out, std::string* err);
 

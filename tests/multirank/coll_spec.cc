@@ -98,6 +98,7 @@ bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
   std::vector<size_t> counts;
   std::string roots = "all";
   bool stream = false;
+  size_t offset = 0;
   for (const auto& kv : Split(spec, ';')) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos) {
@@ -138,6 +139,13 @@ bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
       roots = value;
     } else if (key == "stream") {
       stream = value == "1";
+    } else if (key == "offset") {
+      long long v;
+      if (!ParseInt(value, &v) || v < 0 || v > 64) {
+        *err = "bad offset '" + value + "'";
+        return false;
+      }
+      offset = static_cast<size_t>(v);
     } else {
       *err = "unknown key '" + key + "'";
       return false;
@@ -187,6 +195,7 @@ bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
               c.inplace = ip != 0;
               c.root = root;
               c.use_stream = stream;
+              c.offset_elems = offset;
               out->push_back(c);
             }
           }

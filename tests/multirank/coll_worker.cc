@@ -4,7 +4,7 @@
 // order, checks each against the serial reference and prints one line per
 // failing case.
 //
-// Usage: coll_worker [--seed=N] [--quiet] SPEC...
+// Usage: coll_worker [--seed=N] [--quiet] [--slow-ms=N] SPEC...
 // Exit status: 0 all cases passed on this rank, 1 a mismatch, 2 bad usage or
 // init failure, 3 a library call failed (the remaining cases are skipped
 // because the communicator may be unusable).
@@ -24,7 +24,8 @@ double Now() {
 }
 
 int Usage(const char* msg) {
-  fprintf(stderr, "coll_worker: %s\nusage: coll_worker [--seed=N] [--quiet] SPEC...\n", msg);
+  fprintf(stderr,
+          "coll_worker: %s\nusage: coll_worker [--seed=N] [--quiet] [--slow-ms=N] SPEC...\n", msg);
   return 2;
 }
 
@@ -35,10 +36,13 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   uint64_t seed = 12345;
   bool quiet = false;
+  double slow_s = -1;  // report cases slower than this
   std::vector<std::string> specs;
   for (int i = 1; i < argc; ++i) {
     if (strncmp(argv[i], "--seed=", 7) == 0) {
       seed = strtoull(argv[i] + 7, nullptr, 10);
+    } else if (strncmp(argv[i], "--slow-ms=", 10) == 0) {
+      slow_s = atof(argv[i] + 10) / 1000.0;
     } else if (strcmp(argv[i], "--quiet") == 0) {
       quiet = true;
     } else if (argv[i][0] == '-') {
@@ -110,7 +114,12 @@ int main(int argc, char** argv) {
     env.case_id = i;
     env.stream = stream;
     std::string log;
+    const double t_case = Now();
     CaseResult res = RunCase(cases[i], env, &log);
+    if (slow_s >= 0 && Now() - t_case > slow_s) {
+      printf("rank %d: slow case %zu (%.3f s): %s\n", rank, i, Now() - t_case,
+             DescribeCase(cases[i]).c_str());
+    }
     if (!log.empty()) fputs(log.c_str(), stdout);
     ++done;
     if (res == kCaseMismatch) ++failures;

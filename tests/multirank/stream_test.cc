@@ -79,6 +79,11 @@ int StreamChecks(ThreadRank& ctx) {
              tideGetLastError(ctx.comm));
     code = 1;
   }
+  if (call2_ms > done_ms / 2) {
+    ctx.Logf("rank %d: enqueueing took %.1f ms of the %.1f ms the work took: it blocked\n", r,
+             call2_ms, done_ms);
+    code = 1;
+  }
   if (in_progress == 0) {
     ctx.Logf(
         "rank %d: tideStreamQuery never returned tideInProgress: the enqueue did not "

@@ -29,12 +29,25 @@ const char kLargeTcp[] = "dtypes=int8,float16,float32,float64,fp8e5m2;counts=lar
 const char kStream[] =
     "dtypes=float32,int8,float16;ops=sum,max;counts=0,7,4097,large;roots=ends;stream=1";
 
+// Buffers one element past alignment (unaligned kernel heads and tails).
+const char kOffset[] =
+    "dtypes=int8,float16,float32,float64,fp8e5m2;ops=sum,avg;counts=7,4097,large;roots=ends;"
+    "offset=1";
+// Counts around pipeline chunk and FIFO slot boundaries.
+const char kBoundary[] =
+    "dtypes=float32,int8;ops=sum,min;counts=32767,32768,32769,65537,196609;roots=ends";
+// Knobs that force many small pipeline steps and FIFO wrap-arounds.
+const EnvList kShmStress = {
+    {"TIDE_SHM_SLOTS", "2"}, {"TIDE_SHM_SLOT_SIZE", "8K"}, {"TIDE_CHUNK_SIZE", "16K"}};
+const EnvList kTcpStress = {{"TIDE_SOCKET_BUFSIZE", "64K"}, {"TIDE_CHUNK_SIZE", "4K"}};
+
 std::string WorkerPath() {
   if (const char* p = getenv("TIDE_COLL_WORKER")) return p;
   return SelfDir() + "coll_worker";
 }
 
-void RunWorker(int nranks, bool tcp, const std::vector<std::string>& specs, int timeout_s) {
+void RunWorker(int nranks, bool tcp, const std::vector<std::string>& specs, int timeout_s,
+               const EnvList& extra_env = {}) {
   ProcessRunOptions o;
   o.exe = WorkerPath();
   o.nranks = nranks;
@@ -43,12 +56,14 @@ void RunWorker(int nranks, bool tcp, const std::vector<std::string>& specs, int 
   // A hung collective should fail inside the library before the harness kills it.
   o.env.emplace_back("TIDE_TIMEOUT", "60");
   if (tcp) o.env.emplace_back("TIDE_SHM_DISABLE", "1");
+  for (const auto& kv : extra_env) o.env.push_back(kv);
   RunResult r = RunProcesses(o);
 
   std::string repro =
-      "reproduce: TIDE_MASTER_ADDR=127.0.0.1 TIDE_MASTER_PORT=<port> "
-      "TIDE_WORLD_SIZE=" +
-      std::to_string(nranks) + (tcp ? " TIDE_SHM_DISABLE=1" : "") + " TIDE_RANK=<r> " + o.exe;
+      "reproduce: TIDE_MASTER_ADDR=127.0.0.1 TIDE_MASTER_PORT=<port> TIDE_WORLD_SIZE=" +
+      std::to_string(nranks) + (tcp ? " TIDE_SHM_DISABLE=1" : "");
+  for (const auto& kv : extra_env) repro += " " + kv.first + "=" + kv.second;
+  repro += " TIDE_RANK=<r> " + o.exe;
   for (const auto& s : specs) repro += " '" + s + "'";
   EXPECT_TRUE(r.AllOk()) << repro << "\n" << r.Describe();
   if (r.AllOk()) {
@@ -66,6 +81,7 @@ TEST(CollShm, Ranks3) { RunWorker(3, false, {kSmall, kLarge}, 400); }
 TEST(CollShm, Ranks4) { RunWorker(4, false, {kSmall, kLarge, kStream}, 500); }
 TEST(CollShm, Ranks8Small) { RunWorker(8, false, {kSmall}, 500); }
 TEST(CollShm, Ranks8Large) { RunWorker(8, false, {kLarge8}, 500); }
+TEST(CollShm, Ranks3Stress) { RunWorker(3, false, {kSmall, kBoundary, kOffset}, 400, kShmStress); }
 
 // ---- TCP only --------------------------------------------------------------------
 TEST(CollTcp, Ranks2) { RunWorker(2, true, {kSmall, kLargeTcp}, 400); }
@@ -73,6 +89,10 @@ TEST(CollTcp, Ranks3) { RunWorker(3, true, {kSmall, kLargeTcp}, 400); }
 TEST(CollTcp, Ranks4) { RunWorker(4, true, {kSmall, kLargeTcp}, 500); }
 TEST(CollTcp, Ranks8Small) { RunWorker(8, true, {kSmall}, 500); }
 TEST(CollTcp, Ranks8Large) { RunWorker(8, true, {kLarge8}, 500); }
+TEST(CollTcp, Ranks3Stress) {
+  RunWorker(3, true, {"colls=all;dtypes=float32,uint8;counts=small", kBoundary, kOffset}, 400,
+            kTcpStress);
+}
 
 }  // namespace
 }  // namespace tide_test

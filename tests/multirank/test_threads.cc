@@ -4,6 +4,7 @@
 // reversed, and a NOCOLOR rank) with collectives on the new communicators.
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coll_check.h"
@@ -56,6 +57,23 @@ TEST(Threads, AllReduceAndBroadcast) {
                           "counts=large;roots=ends"});
   });
   EXPECT_TRUE(r.AllOk()) << r.Describe();
+}
+
+// Two independent jobs (2 and 3 ranks) in one process at the same time:
+// communicators used concurrently from different threads share no state.
+TEST(Threads, TwoJobsConcurrently) {
+  RunResult a, b;
+  auto job = [](int n, RunResult* out) {
+    *out = RunThreads({n, 240000}, [](ThreadRank& ctx) {
+      return RunSpecs(ctx, {"colls=allreduce,allgather,sendrecv;dtypes=float32,int64;ops=sum,max;"
+                            "counts=1,4097,70000;inplace=0"});
+    });
+  };
+  std::thread ta(job, 2, &a), tb(job, 3, &b);
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(a.AllOk()) << a.Describe();
+  EXPECT_TRUE(b.AllOk()) << b.Describe();
 }
 
 // Split by parity with reversed keys: new rank order is descending old rank.
