@@ -57,6 +57,7 @@ class CommSetup final : public SetupContext {
     std::string job = knobString(Knob::JobId);
     return "tide-" + (job.empty() ? std::string("p") : job) + "-" + hex32(c_->commHash);
   }
+  uint64_t commHash() const override { return c_->commHash; }
   std::string localAddress() const override { return c_->bootstrap->localAddress(); }
   void installDoorbell(Doorbell* bell) override { c_->bell = bell; }
   Doorbell* doorbell() const override { return c_->bell; }

@@ -221,7 +221,7 @@ Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning) {
     // ---- Idle: abort, timeout, then back off ----
     for (ExecItem* it : live) {
       if (it->abort && it->abort->load(std::memory_order_relaxed)) {
-        it->result = remoteError("%s aborted (tideCommAbort)", it->what.c_str());
+        it->result = remoteError("%s aborted (tideCommAbort)", it->what().c_str());
         first = it->result;
         break;
       }
@@ -230,7 +230,7 @@ Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning) {
         int peer;
         const char* dir = firstWaitingPeer(*it, &peer);
         it->result = timeoutError("%s: no progress for %d s while %s rank %d",
-                                  it->what.c_str(), it->timeoutSec, dir, peer);
+                                  it->what().c_str(), it->timeoutSec, dir, peer);
         first = it->result;
         break;
       }

@@ -22,7 +22,11 @@ namespace tide {
 struct ExecItem {
   ExecCtx* ctx = nullptr;
   Task task;
-  std::string what;                          // "allreduce #12 on comm 3f2a...", for errors
+  // Names the operation in error messages ("allreduce #12 (...) on comm
+  // 3f2a..."); called only when an error is reported.
+  std::string (*describe)(const void* arg) = nullptr;
+  const void* describeArg = nullptr;
+  std::string what() const { return describe ? describe(describeArg) : "operation"; }
   Doorbell* bell = nullptr;                  // sleep here when idle
   const std::atomic<bool>* abort = nullptr;  // raised by tideCommAbort
   int timeoutSec = 0;                        // no-progress timeout; 0: none

@@ -93,12 +93,21 @@ std::string describe(const OpDesc& op) {
 struct Run {
   std::unique_ptr<ExecCtx> ctx;
   ExecItem item;
+  std::vector<const OpDesc*> ops;
 };
 
-void initItem(Run& r, tideComm* comm, Task task, std::string what) {
+std::string describeRun(const void* arg) {
+  const auto* r = static_cast<const Run*>(arg);
+  std::string what = describe(*r->ops[0]);
+  if (r->ops.size() > 1) what += " and " + std::to_string(r->ops.size() - 1) + " more";
+  return what;
+}
+
+void initItem(Run& r, tideComm* comm, Task task) {
   r.item.ctx = r.ctx.get();
   r.item.task = std::move(task);
-  r.item.what = std::move(what);
+  r.item.describe = describeRun;
+  r.item.describeArg = &r;
   r.item.bell = comm->bell;
   r.item.abort = &comm->abortFlag;
   r.item.timeoutSec = comm->timeoutSec;
@@ -116,9 +125,8 @@ Status runOps(Job& job) {
       auto r = std::make_unique<Run>();
       r->ctx = std::make_unique<ExecCtx>(colls[0]->args, comm->rank, comm->nranks,
                                          comm->conns.data(), kCollChannel, k, comm->chunkBytes);
-      std::string what = describe(*colls[0]);
-      if (colls.size() > 1) what += " and " + std::to_string(colls.size() - 1) + " more";
-      initItem(*r, comm, chainTask(*r->ctx, colls, k), what);
+      r->ops = colls;
+      initItem(*r, comm, chainTask(*r->ctx, colls, k));
       runs.push_back(std::move(r));
     }
     std::vector<const OpDesc*> p2p;
@@ -129,9 +137,8 @@ Status runOps(Job& job) {
       auto r = std::make_unique<Run>();
       r->ctx = std::make_unique<ExecCtx>(p2p[0]->args, comm->rank, comm->nranks,
                                          comm->conns.data(), kP2pChannel, k, comm->chunkBytes);
-      std::string what = describe(*p2p[0]);
-      if (p2p.size() > 1) what += " and " + std::to_string(p2p.size() - 1) + " more";
-      initItem(*r, comm, p2pBatchTask(*r->ctx, p2p), what);
+      r->ops = p2p;
+      initItem(*r, comm, p2pBatchTask(*r->ctx, p2p));
       runs.push_back(std::move(r));
     }
   }

@@ -18,6 +18,8 @@ struct tideStream {
   uint64_t completed = 0;
   tide::Status firstError;
   bool stop = false;
+  bool workerIdle = false;  // the worker waits on cv (so enqueue must wake it)
+  int syncWaiters = 0;      // threads in Synchronize/Destroy (so the worker must wake them)
   std::thread worker;
 };
 
@@ -30,7 +32,9 @@ void workerLoop(tideStream* s) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(s->mu);
+      s->workerIdle = true;
       s->cv.wait(lock, [&] { return s->stop || !s->queue.empty(); });
+      s->workerIdle = false;
       if (s->queue.empty()) return;  // stop requested and drained
       job = s->queue.front();
     }
@@ -39,25 +43,31 @@ void workerLoop(tideStream* s) {
     } else {
       job->waitDone();
     }
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(s->mu);
       s->queue.pop_front();
       ++s->completed;
       if (!job->result.ok() && s->firstError.ok()) s->firstError = job->result;
+      // Waking a synchronizing thread per job would steal the CPU from the
+      // ranks doing the work: wake it only when the stream drains.
+      wake = s->syncWaiters > 0 && s->completed == s->enqueued;
     }
-    s->idleCv.notify_all();
+    if (wake) s->idleCv.notify_all();
   }
 }
 
 }  // namespace
 
 void streamEnqueue(tideStream* stream, std::shared_ptr<Job> job) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(stream->mu);
     stream->queue.push_back(std::move(job));
     ++stream->enqueued;
+    wake = stream->workerIdle;
   }
-  stream->cv.notify_one();
+  if (wake) stream->cv.notify_one();
 }
 
 }  // namespace tide
@@ -71,7 +81,9 @@ tide::Status tideStreamCreateImpl(tideStream** out) {
 
 tide::Status tideStreamSynchronizeImpl(tideStream* s) {
   std::unique_lock<std::mutex> lock(s->mu);
+  ++s->syncWaiters;
   s->idleCv.wait(lock, [&] { return s->completed == s->enqueued; });
+  --s->syncWaiters;
   tide::Status err = std::move(s->firstError);
   s->firstError = tide::Status::Ok();
   return err;

@@ -123,6 +123,10 @@ class SetupContext {
   // of shared resources (shm segments). tiderun removes "/dev/shm/<jobTag()>*"
   // leftovers of its job.
   virtual std::string resourcePrefix() const = 0;
+  // Identical on every rank of the communicator and different for every
+  // communicator (a hash of its unique id): what data-connection proofs bind
+  // to. (resourcePrefix() may differ between nodes.)
+  virtual uint64_t commHash() const = 0;
   // Address to bind data listeners to (the one this rank used to reach the
   // bootstrap root), as text ("10.0.0.1" or "::1").
   virtual std::string localAddress() const = 0;

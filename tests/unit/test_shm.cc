@@ -226,6 +226,7 @@ class PairContext final : public SetupContext {
   }
   const uint8_t* secret() const override { return secret_; }
   std::string resourcePrefix() const override { return prefix_; }
+  uint64_t commHash() const override { return 0x5eed; }
   std::string localAddress() const override { return "127.0.0.1"; }
   void installDoorbell(Doorbell* bell) override { bell_ = bell; }
   Doorbell* doorbell() const override { return bell_ != nullptr ? bell_ : &own_; }

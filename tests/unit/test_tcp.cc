@@ -258,6 +258,7 @@ class RankCtx final : public SetupContext {
   }
   const uint8_t* secret() const override { return secret_; }
   std::string resourcePrefix() const override { return "tide-test-1"; }
+  uint64_t commHash() const override { return 0x7e57; }
   std::string localAddress() const override { return "127.0.0.1"; }
   void installDoorbell(Doorbell*) override {}
   Doorbell* doorbell() const override { return nullptr; }

@@ -63,21 +63,21 @@ struct Ack {
 static_assert(sizeof(Ack) == 40);
 
 // Bytes both proofs cover besides label and nonce: the signed Hello fields,
-// the communicator's prefix and, for the Ack, the acceptor's nonce.
-std::string proofContext(const Hello& h, const std::string& prefix, const uint8_t* acceptorNonce) {
+// the communicator's hash and, for the Ack, the acceptor's nonce.
+std::string proofContext(const Hello& h, uint64_t commHash, const uint8_t* acceptorNonce) {
   std::string c(reinterpret_cast<const char*>(&h), kHelloSigned);
   if (acceptorNonce != nullptr) c.append(reinterpret_cast<const char*>(acceptorNonce), kNonceBytes);
-  c += prefix;
+  c.append(reinterpret_cast<const char*>(&commHash), sizeof(commHash));
   return c;
 }
 
 Digest helloProof(const SetupContext& ctx, const Hello& h, const uint8_t* acceptorNonce) {
-  std::string c = proofContext(h, ctx.resourcePrefix(), nullptr);
+  std::string c = proofContext(h, ctx.commHash(), nullptr);
   return connectionProof(ctx.secret(), kDataLabel, acceptorNonce, c.data(), c.size());
 }
 
 Digest ackProof(const SetupContext& ctx, const Hello& h, const uint8_t* acceptorNonce) {
-  std::string c = proofContext(h, ctx.resourcePrefix(), acceptorNonce);
+  std::string c = proofContext(h, ctx.commHash(), acceptorNonce);
   return connectionProof(ctx.secret(), kAckLabel, h.nonce, c.data(), c.size());
 }
 
