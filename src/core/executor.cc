@@ -261,8 +261,11 @@ Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning) {
       }
     }
     if (!fds.empty()) {
-      poll(fds.data(), fds.size(), anyBell ? 0 : 2);
-      if (anyBell) sched_yield();
+      // Mixed: yield-poll for a while, then sleep in 1 ms slices (a
+      // shared-memory peer's data then waits at most that long).
+      int sliceMs = !anyBell ? 2 : (idleUs > 10000 ? 1 : 0);
+      poll(fds.data(), fds.size(), sliceMs);
+      if (sliceMs == 0) sched_yield();
       continue;
     }
     Doorbell* bell = live.front()->bell;
