@@ -22,7 +22,7 @@ void SetPointers(Bench* b) {
 }
 
 tideResult_t Issue(const Bench& b) {
-  return tideAllGather(b.send, b.recv, b.count, b.dt->id, b.comm, b.stream);
+  return b.be->AllGather(b.send, b.recv, b.count, b.dt->id);
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

@@ -14,8 +14,7 @@ size_t Sizes(size_t bytes, size_t elem, int, Bench* b) {
 double BusFactor(int n) { return 2.0 * (n - 1) / n; }
 
 tideResult_t Issue(const Bench& b) {
-  return tideAllReduce(b.send, b.recv, b.count, b.dt->id, static_cast<tideRedOp_t>(b.op), b.comm,
-                       b.stream);
+  return b.be->AllReduce(b.send, b.recv, b.count, b.dt->id, static_cast<tideRedOp_t>(b.op));
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

@@ -17,7 +17,7 @@ size_t Sizes(size_t bytes, size_t elem, int n, Bench* b) {
 double BusFactor(int n) { return static_cast<double>(n - 1) / n; }
 
 tideResult_t Issue(const Bench& b) {
-  return tideAlltoAll(b.send, b.recv, b.count, b.dt->id, b.comm, b.stream);
+  return b.be->AlltoAll(b.send, b.recv, b.count, b.dt->id);
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

@@ -15,7 +15,7 @@ size_t Sizes(size_t bytes, size_t elem, int, Bench* b) {
 double BusFactor(int) { return 1.0; }
 
 tideResult_t Issue(const Bench& b) {
-  return tideBroadcast(b.send, b.recv, b.count, b.dt->id, b.root, b.comm, b.stream);
+  return b.be->Broadcast(b.send, b.recv, b.count, b.dt->id, b.root);
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

@@ -15,8 +15,7 @@ size_t Sizes(size_t bytes, size_t elem, int, Bench* b) {
 double BusFactor(int) { return 1.0; }
 
 tideResult_t Issue(const Bench& b) {
-  return tideReduce(b.send, b.recv, b.count, b.dt->id, static_cast<tideRedOp_t>(b.op), b.root,
-                    b.comm, b.stream);
+  return b.be->Reduce(b.send, b.recv, b.count, b.dt->id, static_cast<tideRedOp_t>(b.op), b.root);
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

@@ -26,8 +26,7 @@ void SetPointers(Bench* b) {
 }
 
 tideResult_t Issue(const Bench& b) {
-  return tideReduceScatter(b.send, b.recv, b.count, b.dt->id, static_cast<tideRedOp_t>(b.op),
-                           b.comm, b.stream);
+  return b.be->ReduceScatter(b.send, b.recv, b.count, b.dt->id, static_cast<tideRedOp_t>(b.op));
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

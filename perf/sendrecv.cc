@@ -19,15 +19,7 @@ double BusFactor(int) { return 1.0; }
 tideResult_t Issue(const Bench& b) {
   const int next = (b.rank + 1) % b.nranks;
   const int prev = (b.rank - 1 + b.nranks) % b.nranks;
-  tideResult_t res = tideGroupStart();
-  if (res != tideSuccess) return res;
-  tideResult_t send = tideSend(b.send, b.count, b.dt->id, next, b.comm, b.stream);
-  tideResult_t recv = send == tideSuccess
-                          ? tideRecv(b.recv, b.count, b.dt->id, prev, b.comm, b.stream)
-                          : tideSuccess;
-  res = tideGroupEnd();  // always close the group, even after an argument error
-  if (send != tideSuccess) return send;
-  return recv != tideSuccess ? recv : res;
+  return b.be->SendRecv(b.send, next, b.recv, prev, b.count, b.dt->id);
 }
 
 void Prepare(const Bench& b, const Pattern& p) {

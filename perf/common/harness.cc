@@ -12,6 +12,14 @@
 #include <string>
 #include <vector>
 
+#ifdef TIDE_PERF_MPI
+namespace tide_perf {
+Backend* MpiBackend();  // perf/mpi/mpi_backend.cc
+}  // namespace tide_perf
+#else
+#include "common/tide_backend.h"
+#endif
+
 namespace tide_perf {
 namespace {
 
@@ -33,14 +41,15 @@ struct Options {
 };
 
 // Rank 0 of the job prints; before the communicator exists the launcher's
-// environment tells which process that is (every process prints when unknown).
-bool GuessPrinter() {
+// environment tells which process that is. Returns -1 when unknown (then
+// every process prints).
+int GuessRank() {
   for (const char* var : {"TIDE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK",
                           "SLURM_PROCID"}) {
     const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') return std::strcmp(v, "0") == 0;
+    if (v != nullptr && *v != '\0') return std::atoi(v);
   }
-  return true;
+  return -1;
 }
 
 void Usage(const char* prog) {
@@ -98,7 +107,7 @@ bool ParseInt(const char* s, int lo, int hi, int* out) {
 }
 
 // Returns -1 to continue, else an exit status.
-int ParseOptions(int argc, char** argv, bool printer, Options* o) {
+int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options* o) {
   constexpr int kArg = required_argument;
   static const struct option kLong[] = {
       {"nthreads", kArg, nullptr, 't'},     {"ngpus", kArg, nullptr, 'g'},
@@ -181,19 +190,46 @@ int ParseOptions(int argc, char** argv, bool printer, Options* o) {
     if (printer) std::fprintf(stderr, "%s: minbytes is larger than maxbytes\n", argv[0]);
     return 1;
   }
+  // "all" means every type (op) the backend supports; naming an unsupported
+  // one is an error.
+  std::string skipped;
   if (type_arg == "all") {
-    o->types = AllDTypes();
+    for (const DType* t : AllDTypes()) {
+      if (be.Unsupported(*t, kOpNone) == nullptr) {
+        o->types.push_back(t);
+      } else {
+        skipped += std::string(" ") + t->name;
+      }
+    }
   } else {
     const DType* t = FindDType(type_arg);
     if (t == nullptr) return bad("datatype", type_arg.c_str());
+    if (const char* why = be.Unsupported(*t, kOpNone)) {
+      if (printer) std::fprintf(stderr, "%s: datatype %s: %s\n", argv[0], t->name, why);
+      return 1;
+    }
     o->types.push_back(t);
   }
   if (op_arg == "all") {
-    o->ops = AllOps();
+    for (int op : AllOps()) {
+      if (be.Unsupported(*o->types.front(), op) == nullptr) {
+        o->ops.push_back(op);
+      } else {
+        skipped += std::string(" ") + OpName(op);
+      }
+    }
   } else {
     int op = FindOp(op_arg);
     if (op < 0) return bad("op", op_arg.c_str());
+    if (const char* why = be.Unsupported(*o->types.front(), op)) {
+      if (printer) std::fprintf(stderr, "%s: op %s: %s\n", argv[0], op_arg.c_str(), why);
+      return 1;
+    }
     o->ops.push_back(op);
+  }
+  if (!skipped.empty()) {
+    o->notes.push_back(std::string("'all' skips what the ") + be.Name() +
+                       " backend cannot run:" + skipped);
   }
   return -1;
 }
@@ -202,8 +238,7 @@ int ParseOptions(int argc, char** argv, bool printer, Options* o) {
 struct Run {
   const Collective* coll = nullptr;
   Options opt;
-  tideComm_t comm = nullptr;
-  tideStream_t stream = nullptr;
+  Backend* be = nullptr;
   int rank = 0;
   int nranks = 1;
   uint64_t total_wrong = 0;
@@ -216,11 +251,11 @@ struct Run {
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
   std::fflush(stdout);
-  std::fprintf(stderr, "%s: rank %d pid %d: tide failure in %s: '%s' : %s\n", host, run.rank,
-               static_cast<int>(getpid()), what, tideGetErrorString(res),
-               tideGetLastError(run.comm));
+  std::fprintf(stderr, "%s: rank %d pid %d: %s failure in %s: '%s' : %s\n", host, run.rank,
+               static_cast<int>(getpid()), run.be->Name(), what, run.be->ErrorString(res),
+               run.be->LastError());
   std::fflush(stderr);
-  if (run.comm != nullptr) tideCommAbort(run.comm);
+  run.be->Abort();
   std::_Exit(2);
 }
 
@@ -229,16 +264,13 @@ void Try(const Run& run, const char* what, tideResult_t res) {
 }
 
 void Sync(const Run& run) {
-  if (run.stream != nullptr) Try(run, "tideStreamSynchronize", tideStreamSynchronize(run.stream));
+  Try(run, "synchronize", run.be->Sync());
 }
 
-// Blocking all-reduce of host values on the NULL stream (after the host stream
-// drained, so nothing else is in flight on the communicator).
+// Blocking all-reduce of host values (nothing else in flight).
 void HostAllReduce(const Run& run, void* data, size_t count, tideDataType_t type,
                    tideRedOp_t op) {
-  Sync(run);
-  Try(run, "tideAllReduce (harness)",
-      tideAllReduce(data, data, count, type, op, run.comm, nullptr));
+  Try(run, "AllReduce (harness)", run.be->HostAllReduce(data, count, type, op));
 }
 
 void Barrier(const Run& run) {
@@ -255,13 +287,10 @@ void PrintHeader(const Run& run) {
   mine.pid = static_cast<int32_t>(getpid());
   gethostname(mine.host, sizeof(mine.host) - 1);
   std::vector<Info> all(static_cast<size_t>(run.nranks));
-  Try(run, "tideAllGather (header)",
-      tideAllGather(&mine, all.data(), sizeof(Info), tideUint8, run.comm, nullptr));
+  Try(run, "AllGather (header)", run.be->HostAllGather(&mine, all.data(), sizeof(Info)));
   if (run.rank != 0) return;
   const Options& o = run.opt;
-  int version = 0;
-  tideGetVersion(&version);
-  std::printf("# Tide perf tests: %s, tide library %d\n", run.coll->name, version);
+  std::printf("# Tide perf tests: %s, %s\n", run.coll->name, run.be->Describe().c_str());
   std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
               "iters: %d agg iters: 1 validation: %d graph: 0\n",
               o.min_bytes, o.max_bytes, o.step_by_factor ? o.step_factor : o.step_bytes,
@@ -327,8 +356,7 @@ void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes,
                char* send_base, char* recv_base) {
   const Collective& coll = *run.coll;
   Bench b;
-  b.comm = run.comm;
-  b.stream = run.stream;
+  b.be = run.be;
   b.rank = run.rank;
   b.nranks = run.nranks;
   b.dt = dt;
@@ -379,24 +407,29 @@ void SamePointerInPlace(Bench* b) {
 }
 
 int PerfMain(int argc, char** argv, const Collective& coll) {
+#ifdef TIDE_PERF_MPI
+  Backend* be = MpiBackend();
+#else
+  static TideBackend tide_backend;
+  Backend* be = &tide_backend;
+#endif
   Run run;
   run.coll = &coll;
-  const int parsed = ParseOptions(argc, argv, GuessPrinter(), &run.opt);
+  run.be = be;
+  run.rank = GuessRank();
+  const int parsed = ParseOptions(argc, argv, run.rank <= 0, *be, &run.opt);
   if (parsed >= 0) return parsed;
-  tideResult_t res = tideCommInitFromEnv(&run.comm);
-  if (res != tideSuccess) Fail(run, "tideCommInitFromEnv", res);
-  Try(run, "tideCommUserRank", tideCommUserRank(run.comm, &run.rank));
-  Try(run, "tideCommCount", tideCommCount(run.comm, &run.nranks));
+  for (std::string& n : be->Notes(run.opt.blocking != 0)) run.opt.notes.push_back(std::move(n));
+  Try(run, "init", be->Init(run.opt.blocking != 0, &run.rank, &run.nranks));
   const Options& o = run.opt;
   if (coll.uses_root && o.root >= run.nranks) {
     if (run.rank == 0) {
       std::fprintf(stderr, "%s: root %d is not a rank (%d ranks)\n", argv[0], o.root,
                    run.nranks);
     }
-    tideCommDestroy(run.comm);
+    be->Finalize();
     return 1;
   }
-  if (!o.blocking) Try(run, "tideStreamCreate", tideStreamCreate(&run.stream));
   PrintHeader(run);
 
   char* send_base = AllocTouched(o.max_bytes);
@@ -404,7 +437,7 @@ int PerfMain(int argc, char** argv, const Collective& coll) {
   if (send_base == nullptr || recv_base == nullptr) {
     std::fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", argv[0], run.rank,
                  o.max_bytes);
-    tideCommAbort(run.comm);
+    be->Abort();
     return 2;
   }
   std::vector<int> ops = coll.uses_op ? o.ops : std::vector<int>{kOpNone};
@@ -429,10 +462,7 @@ int PerfMain(int argc, char** argv, const Collective& coll) {
       }
     }
   }
-  if (run.stream != nullptr) {
-    Try(run, "tideStreamDestroy", tideStreamDestroy(run.stream));
-    run.stream = nullptr;
-  }
+  Sync(run);
   const double avg_bw = run.bw_count ? run.bw_sum / run.bw_count : 0;
   if (run.rank == 0) {
     std::printf("# Out of bounds values : %llu %s\n",
@@ -442,8 +472,7 @@ int PerfMain(int argc, char** argv, const Collective& coll) {
     std::printf("#\n");
     std::fflush(stdout);
   }
-  Try(run, "tideCommDestroy", tideCommDestroy(run.comm));
-  run.comm = nullptr;
+  Try(run, "finalize", be->Finalize());
   std::free(send_base);
   std::free(recv_base);
   return run.total_wrong ? 1 : 0;

@@ -1,16 +1,19 @@
 // Shared driver of the nccl-tests-style perf tools (all_reduce_perf, ...).
 //
-// Each process is one rank of a communicator from tideCommInitFromEnv. A tool
-// describes its collective with a Collective table and calls PerfMain, which
+// Each process is one rank of the job, joined through a Backend (backend.h):
+// Tide's tideCommInitFromEnv, or MPI when the harness is built with
+// TIDE_PERF_MPI (the *_perf_mpi tools). A tool describes its collective with a
+// Collective table and calls PerfMain, which
 // parses the command line, loops over data types, ops, roots and sizes, times
 // out-of-place and in-place runs, checks results and prints nccl-tests-shaped
-// output on rank 0. Single-threaded; uses only the public API.
+// output on rank 0. Single-threaded; uses only the public API (or MPI).
 #ifndef TIDE_PERF_COMMON_HARNESS_H_
 #define TIDE_PERF_COMMON_HARNESS_H_
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/backend.h"
 #include "common/data.h"
 #include "tide/tide.h"
 
@@ -18,8 +21,7 @@ namespace tide_perf {
 
 // State of one measurement, filled by the harness before each callback.
 struct Bench {
-  tideComm_t comm = nullptr;
-  tideStream_t stream = nullptr;  // nullptr in blocking mode (-z 1)
+  Backend* be = nullptr;  // the calls to measure go through it
   int rank = 0;
   int nranks = 1;
   const DType* dt = nullptr;
@@ -48,7 +50,7 @@ struct Collective {
   double (*bus_factor)(int nranks);
   // Sets b->send and b->recv from the bases according to b->in_place.
   void (*set_pointers)(Bench* b);
-  // Enqueues one operation on b.stream (completes before returning if null).
+  // Issues one operation through b.be (asynchronous until b.be->Sync()).
   tideResult_t (*issue)(const Bench& b);
   // Fills the buffers with fresh data derived from `p`.
   void (*prepare)(const Bench& b, const Pattern& p);
