@@ -133,3 +133,16 @@ std::string SelfExe();
 std::string SelfDir();
 
 }  // namespace tide_test
+
+// In a rank body with a RankContext named `ctx`: returns 1 from the body
+// after logging the failing call, its result and the communicator's last
+// error.
+#define CHECK_RC(call)                                                              \
+  do {                                                                              \
+    tideResult_t rc_ = (call);                                                      \
+    if (rc_ != tideSuccess) {                                                       \
+      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
+               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)

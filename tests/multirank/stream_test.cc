@@ -30,16 +30,6 @@ double BusyCompute(double ms) {
   return acc;
 }
 
-#define CHECK_RC(call)                                                              \
-  do {                                                                              \
-    tideResult_t rc_ = (call);                                                      \
-    if (rc_ != tideSuccess) {                                                       \
-      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
-               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
-
 int StreamChecks(ThreadRank& ctx) {
   const int r = ctx.rank, n = ctx.nranks;
   const size_t count = (size_t{64} << 20) / sizeof(float);

@@ -22,16 +22,6 @@
 namespace tide_test {
 namespace {
 
-#define CHECK_RC(call)                                                              \
-  do {                                                                              \
-    tideResult_t rc_ = (call);                                                      \
-    if (rc_ != tideSuccess) {                                                       \
-      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
-               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
-
 // Value of element i of the message from src to dst with a tag.
 int32_t V(int src, int dst, size_t i, int tag) {
   return static_cast<int32_t>(src * 1000003 + dst * 1009 + static_cast<int64_t>(i) * 7 + tag);

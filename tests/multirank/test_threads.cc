@@ -16,16 +16,6 @@ namespace {
 
 constexpr int kRanks = 4;
 
-#define CHECK_RC(call)                                                              \
-  do {                                                                              \
-    tideResult_t rc_ = (call);                                                      \
-    if (rc_ != tideSuccess) {                                                       \
-      ctx.Logf("rank %d: %s failed (line %d): %s: %s\n", ctx.rank, #call, __LINE__, \
-               tideGetErrorString(rc_), tideGetLastError(ctx.comm));                \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
-
 int RunSpecs(ThreadRank& ctx, const std::vector<std::string>& specs) {
   std::vector<CaseSpec> cases;
   for (const auto& s : specs) {
