@@ -57,6 +57,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/parse.h"
+
+using tide_perf::ParseSize;
+
 namespace {
 
 struct Options {
@@ -77,23 +81,6 @@ void Usage(const char* prog) {
       "       %s --roofline -n RANKS -s BYTES [--bw GB/s] [-t THREADS]\n"
       "  Sizes take K/M/G suffixes. See the top of stream_probe.cc for the model.\n",
       prog, prog);
-}
-
-bool ParseSize(const char* s, size_t* out) {
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || *s == '-') return false;
-  unsigned long long mult = 1;
-  switch (*end) {
-    case 'K': case 'k': mult = 1ull << 10; ++end; break;
-    case 'M': case 'm': mult = 1ull << 20; ++end; break;
-    case 'G': case 'g': mult = 1ull << 30; ++end; break;
-    default: break;
-  }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<size_t>(v * mult);
-  return true;
 }
 
 int OnlineCpus() {

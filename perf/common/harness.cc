@@ -1,4 +1,5 @@
 #include "common/harness.h"
+#include "common/parse.h"
 
 #include <getopt.h>
 #include <unistd.h>
@@ -77,24 +78,6 @@ void Usage(const char* prog) {
       "  -h, --help              this text\n"
       "Ranks come from the launcher (tiderun, mpirun, torchrun); alone it runs 1 rank.\n",
       prog);
-}
-
-bool ParseSize(const char* s, size_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || errno != 0 || *s == '-') return false;
-  unsigned long long mult = 1;
-  switch (*end) {
-    case 'K': case 'k': mult = 1ull << 10; ++end; break;
-    case 'M': case 'm': mult = 1ull << 20; ++end; break;
-    case 'G': case 'g': mult = 1ull << 30; ++end; break;
-    default: break;
-  }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<size_t>(v * mult);
-  return true;
 }
 
 bool ParseInt(const char* s, int lo, int hi, int* out) {

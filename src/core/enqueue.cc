@@ -207,11 +207,8 @@ void parseAlgoChoice(tideComm* comm) {
       const AlgorithmInfo* a = findAlgo(name, ct);
       if (a != nullptr) {
         comm->algo.forced[t] = a;
-      } else if (!coll.empty()) {
-        warnOnce("TIDE_ALGO: \"" + name + "\" does not apply to " + collName(ct) +
-                 "; using the automatic choice");
       } else {
-        warnOnce(std::string("TIDE_ALGO: \"") + name + "\" does not apply to " + collName(ct) +
+        warnOnce("TIDE_ALGO: \"" + name + "\" does not apply to " + collName(ct) +
                  "; using the automatic choice there");
       }
     }

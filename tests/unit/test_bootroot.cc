@@ -3,6 +3,8 @@
 // Ranks run as threads; junk clients speak raw TCP on loopback. Every wait is
 // bounded; the whole file runs in about 15 s.
 #include <gtest/gtest.h>
+
+#include "bootstrap_util.h"
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -56,15 +58,6 @@ class ScopedTimeout {
   bool had_ = false;
   std::string old_;
 };
-
-UniqueIdData startRoot(bool authenticated) {
-  UniqueIdData id;
-  EXPECT_TRUE(resolveAddress("127.0.0.1", 0, &id.root).ok());
-  EXPECT_TRUE(randomBytes(id.secret, sizeof(id.secret)).ok());
-  id.authenticated = authenticated;
-  EXPECT_TRUE(startBootstrapRoot(&id).ok());
-  return id;
-}
 
 // A loopback listener whose address junk hellos announce: nobody may ever
 // connect to it, which would mean the root put a junk address in a table.

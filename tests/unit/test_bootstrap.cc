@@ -1,6 +1,8 @@
 // Bootstrap, unique ids and config parsing, with ranks as threads.
 #include <gtest/gtest.h>
 
+#include "bootstrap_util.h"
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -12,15 +14,6 @@
 
 namespace tide {
 namespace {
-
-UniqueIdData startRoot(bool authenticated) {
-  UniqueIdData id;
-  EXPECT_TRUE(resolveAddress("127.0.0.1", 0, &id.root).ok());
-  EXPECT_TRUE(randomBytes(id.secret, sizeof(id.secret)).ok());
-  id.authenticated = authenticated;
-  EXPECT_TRUE(startBootstrapRoot(&id).ok());
-  return id;
-}
 
 TEST(UniqueId, RoundTrip) {
   UniqueIdData a;
