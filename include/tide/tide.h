@@ -164,6 +164,35 @@ tideResult_t tideCommUserRank(const tideComm_t comm, int* rank);
 /* tideSuccess, tideInProgress (non-blocking init running) or the sticky error. */
 tideResult_t tideCommGetAsyncError(tideComm_t comm, tideResult_t* asyncError);
 
+/* Builds a communicator of the ranks of `comm` that are not listed in
+ * excludeRanks (ranks of `comm`; every survivor passes the same list), keeping
+ * their order. Collective over the survivors only: excluded (e.g. dead) ranks
+ * are never contacted. With TIDE_SHRINK_ABORT, outstanding work on `comm` is
+ * aborted first; with TIDE_SHRINK_DEFAULT it must have completed. `comm`
+ * stays valid (destroy or abort it afterwards). A rank that is itself in
+ * excludeRanks gets *newcomm = NULL. */
+#define TIDE_SHRINK_DEFAULT 0x00
+#define TIDE_SHRINK_ABORT 0x01
+tideResult_t tideCommShrink(tideComm_t comm, const int* excludeRanks, int nExclude,
+                            tideComm_t* newcomm, tideConfig_t* config, int flags);
+
+/* ---- Traffic counters --------------------------------------------------------
+ * Payload bytes this rank has sent and received on `comm` since init, by
+ * transport and by link class (intra-node: peers on the same node; inter-node:
+ * the others). Set `size` to sizeof(tideTraffic_t) before the call. */
+#define TIDE_TRAFFIC_MAX_TRANSPORTS 8
+typedef struct {
+  size_t size;
+  unsigned long long intraNodeSent, intraNodeRecv;
+  unsigned long long interNodeSent, interNodeRecv;
+  int nTransports;
+  struct {
+    char name[16];
+    unsigned long long sent, recv;
+  } transport[TIDE_TRAFFIC_MAX_TRANSPORTS];
+} tideTraffic_t;
+tideResult_t tideCommGetTraffic(tideComm_t comm, tideTraffic_t* traffic);
+
 /* ---- Host streams ----------------------------------------------------------
  * A host stream runs its operations in order on a library thread; the caller
  * does not need to poll. */

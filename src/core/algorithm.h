@@ -16,6 +16,7 @@
 #include "core/kernels.h"
 #include "core/status.h"
 #include "core/task.h"
+#include "core/topology.h"
 #include "core/transport.h"
 #include "core/types.h"
 
@@ -64,11 +65,21 @@ struct Pending {
   }
 };
 
+// Payload bytes posted to / from one peer (the communicator's traffic
+// counters; updated by ExecCtx when a transfer is posted).
+struct PeerTraffic {
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> recv{0};
+};
+
 class ExecCtx {
  public:
   // conns: flat table [peer * kNumChannels + channel] of this communicator.
+  // topo: the communicator's topology (null: a single-node default);
+  // traffic: nranks counters to add posted bytes to (may be null).
   ExecCtx(const CollArgs& args, int rank, int nranks, Connection* const* conns, int channel,
-          const KernelTable* kernels, size_t chunkBytes);
+          const KernelTable* kernels, size_t chunkBytes, const CommTopo* topo = nullptr,
+          PeerTraffic* traffic = nullptr);
   ExecCtx(const ExecCtx&) = delete;
   ExecCtx& operator=(const ExecCtx&) = delete;
 
@@ -81,6 +92,8 @@ class ExecCtx {
   size_t chunkBytes() const { return chunkBytes_; }
   // Chunk in whole elements of the operation's dtype (>= 1).
   size_t chunkElems() const;
+  // Never null: the communicator's topology (or a one-node default).
+  const CommTopo& topo() const { return *topo_; }
 
   // ---- Transfers (never block; complete in posting order per peer) ----
   Pending send(int peer, const void* buf, size_t bytes);
@@ -135,6 +148,9 @@ class ExecCtx {
   int channel_;
   const KernelTable* kernels_;
   size_t chunkBytes_;
+  const CommTopo* topo_;
+  PeerTraffic* traffic_;
+  CommTopo ownTopo_;  // used when none was given
   Status error_;
   std::coroutine_handle<> resume_;
   std::vector<Pending> waits_;
@@ -156,6 +172,13 @@ struct AlgorithmInfo {
   bool (*supports)(const CollArgs& args, int nranks);
   // Builds the coroutine that performs the operation.
   Task (*run)(ExecCtx& ctx);
+  // May be null (= not modelled). Predicted time in microseconds of `args`
+  // on `topo` with chunk size chunkBytes (alpha-beta model: latency and
+  // bandwidth of topo's link classes, reduction throughput). The core runs
+  // the supporting algorithm with the smallest prediction unless TIDE_ALGO
+  // forces one; unmodelled algorithms are used only when no modelled one
+  // supports the call.
+  double (*predictUs)(const CollArgs& args, const CommTopo& topo, size_t chunkBytes);
 };
 
 }  // namespace tide

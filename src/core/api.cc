@@ -261,6 +261,42 @@ TIDE_API tideResult_t tideCommGetAsyncError(tideComm_t comm, tideResult_t* async
   });
 }
 
+TIDE_API tideResult_t tideCommGetTraffic(tideComm_t comm, tideTraffic_t* traffic) {
+  return commCall("tideCommGetTraffic", comm, [&]() -> Status {
+    if (traffic == nullptr) return tide::invalidArgument("traffic is NULL");
+    if (traffic->size < sizeof(tideTraffic_t))
+      return tide::invalidArgument("traffic->size %zu: set it to sizeof(tideTraffic_t) = %zu",
+                                   traffic->size, sizeof(tideTraffic_t));
+    if (comm->initState.load() != tideSuccess)
+      return tide::invalidUsage("communicator is not initialised");
+    const size_t size = traffic->size;
+    memset(traffic, 0, sizeof(tideTraffic_t));
+    traffic->size = size;
+    for (int p = 0; p < comm->nranks; ++p) {
+      uint64_t sent = comm->traffic[p].sent.load(std::memory_order_relaxed);
+      uint64_t recv = comm->traffic[p].recv.load(std::memory_order_relaxed);
+      if (comm->topo.sameNode(comm->rank, p)) {
+        traffic->intraNodeSent += sent;
+        traffic->intraNodeRecv += recv;
+      } else {
+        traffic->interNodeSent += sent;
+        traffic->interNodeRecv += recv;
+      }
+      const char* name = comm->transportOf[p];
+      int t = 0;
+      while (t < traffic->nTransports && strcmp(traffic->transport[t].name, name) != 0) ++t;
+      if (t == traffic->nTransports) {
+        if (t == TIDE_TRAFFIC_MAX_TRANSPORTS) continue;
+        snprintf(traffic->transport[t].name, sizeof(traffic->transport[t].name), "%s", name);
+        ++traffic->nTransports;
+      }
+      traffic->transport[t].sent += sent;
+      traffic->transport[t].recv += recv;
+    }
+    return Status::Ok();
+  });
+}
+
 // ---- Streams ------------------------------------------------------------------------
 
 TIDE_API tideResult_t tideStreamCreate(tideStream_t* stream) {

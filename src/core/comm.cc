@@ -85,6 +85,41 @@ Status localPeerInfo(int rank, PeerInfo* info) {
   return Status::Ok();
 }
 
+// All-gathers the provider's node descriptions (variable length: sizes
+// first) and builds comm->topo; falls back to the identity-only default.
+Status buildTopology(tideComm* comm, const PeerInfo& me) {
+  const TopologyProvider* topo = topologyProvider();
+  defaultCommTopo(comm->peers, comm->rank, &comm->topo);
+  if (topo == nullptr || topo->describeLocal == nullptr || topo->build == nullptr)
+    return Status::Ok();
+  std::string blob;
+  TIDE_TRY(topo->describeLocal(me, &blob));
+  const size_t n = static_cast<size_t>(comm->nranks);
+  std::vector<uint64_t> sizes(n, 0);
+  sizes[comm->rank] = blob.size();
+  TIDE_TRY(comm->bootstrap->allGather(sizes.data(), sizeof(uint64_t)));
+  uint64_t maxSize = *std::max_element(sizes.begin(), sizes.end());
+  if (maxSize > (64u << 20)) return internalError("topology description of %llu bytes",
+                                                  static_cast<unsigned long long>(maxSize));
+  std::vector<std::string> blobs(n);
+  if (maxSize > 0) {
+    std::vector<char> all(n * maxSize, 0);
+    memcpy(all.data() + comm->rank * maxSize, blob.data(), blob.size());
+    TIDE_TRY(comm->bootstrap->allGather(all.data(), maxSize));
+    for (size_t r = 0; r < n; ++r) blobs[r].assign(all.data() + r * maxSize, sizes[r]);
+  }
+  CommTopo built;
+  Status s = topo->build(blobs, comm->peers, comm->rank, &built);
+  if (!s.ok()) {
+    TIDE_WARN("topology provider %s failed, using node grouping only: %s", topo->name,
+              s.message().c_str());
+    return Status::Ok();
+  }
+  comm->topo = std::move(built);
+  if (comm->rank == 0) TIDE_INFO("topology:\n%s", comm->topo.text.c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int rank) {
@@ -118,6 +153,9 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
   bool oversubscribed = local > ncpu;
   if (comm->wait.spinUs < 0) comm->wait.spinUs = 20;
   if (comm->wait.yieldUs < 0) comm->wait.yieldUs = oversubscribed ? 500 : 2000;
+
+  TIDE_TRY(buildTopology(comm, me));
+  comm->traffic = std::make_unique<PeerTraffic[]>(static_cast<size_t>(nranks));
 
   // Pick a transport per peer: the highest-priority one that can connect.
   const auto& transports = registeredTransports();

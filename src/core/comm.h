@@ -22,6 +22,7 @@
 #include "core/bootstrap.h"
 #include "core/executor.h"
 #include "core/status.h"
+#include "core/topology.h"
 #include "core/transport.h"
 #include "core/unique_id.h"
 
@@ -50,6 +51,9 @@ struct tideComm {
   std::vector<tide::Connection*> conns;  // [peer * kNumChannels + channel]
   tide::Doorbell privateBell;
   tide::Doorbell* bell = &privateBell;
+  tide::CommTopo topo;  // immutable after init
+  // Per-peer payload counters (tideCommGetTraffic); nranks entries.
+  std::unique_ptr<tide::PeerTraffic[]> traffic;
 
   // ---- Tuning (read at init) ----
   size_t chunkBytes = 256 << 10;

@@ -89,12 +89,30 @@ bool collFromName(const std::string& name, CollType* out) {
   return false;
 }
 
-const AlgorithmInfo* autoAlgo(const CollArgs& args, int nranks) {
+// The cost model's choice: the supporting algorithm with the smallest
+// predicted time; unmodelled ones only when no modelled one supports the call.
+const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
+  const AlgorithmInfo* best = nullptr;
+  const AlgorithmInfo* fallback = nullptr;
+  double bestUs = 0;
   for (const AlgorithmInfo* a : registeredAlgorithms()) {
     if (!(a->collMask & collBit(args.type))) continue;
-    if (a->supports == nullptr || a->supports(args, nranks)) return a;
+    if (a->supports != nullptr && !a->supports(args, comm->nranks)) continue;
+    if (a->predictUs == nullptr) {
+      if (fallback == nullptr) fallback = a;
+      continue;
+    }
+    double us = a->predictUs(args, comm->topo, comm->chunkBytes);
+    if (best == nullptr || us < bestUs) {
+      best = a;
+      bestUs = us;
+    }
   }
-  return nullptr;
+  if (best != nullptr && logLevel() >= LogLevel::Trace) {
+    TIDE_TRACE("%s %zu x %s: %s predicted %.1f us", collName(args.type), args.count,
+               dtypeName(args.dtype), best->name, bestUs);
+  }
+  return best != nullptr ? best : fallback;
 }
 
 // ---- Groups ----------------------------------------------------------------------
@@ -260,7 +278,7 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
     d.algo = (forced && (!forced->supports || forced->supports(a, comm->nranks)))
                  ? forced
-                 : autoAlgo(a, comm->nranks);
+                 : autoAlgo(a, comm);
     if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
   }
   d.seq = comm->opCount++;

@@ -15,14 +15,24 @@ namespace tide {
 // ---- ExecCtx --------------------------------------------------------------------
 
 ExecCtx::ExecCtx(const CollArgs& args, int rank, int nranks, Connection* const* conns,
-                 int channel, const KernelTable* kernels, size_t chunkBytes)
+                 int channel, const KernelTable* kernels, size_t chunkBytes, const CommTopo* topo,
+                 PeerTraffic* traffic)
     : args_(args),
       rank_(rank),
       nranks_(nranks),
       conns_(conns),
       channel_(channel),
       kernels_(kernels),
-      chunkBytes_(chunkBytes < 64 ? 64 : chunkBytes & ~size_t{63}) {}
+      chunkBytes_(chunkBytes < 64 ? 64 : chunkBytes & ~size_t{63}),
+      topo_(topo),
+      traffic_(traffic) {
+  if (topo_ == nullptr) {
+    std::vector<PeerInfo> peers(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) peers[r].rank = r;
+    defaultCommTopo(peers, rank, &ownTopo_);
+    topo_ = &ownTopo_;
+  }
+}
 
 ExecCtx::~ExecCtx() {
   for (void* p : scratch_) free(p);
@@ -55,6 +65,9 @@ Pending ExecCtx::post(int peer, bool isSend, const void* sbuf, void* rbuf, size_
     return p;
   }
   p.conn = c;
+  if (traffic_ != nullptr) {
+    (isSend ? traffic_[peer].sent : traffic_[peer].recv).fetch_add(bytes, std::memory_order_relaxed);
+  }
   if (std::find(active_.begin(), active_.end(), c) == active_.end()) active_.push_back(c);
   return p;
 }

@@ -124,7 +124,8 @@ Status runOps(Job& job) {
     if (!colls.empty()) {
       auto r = std::make_unique<Run>();
       r->ctx = std::make_unique<ExecCtx>(colls[0]->args, comm->rank, comm->nranks,
-                                         comm->conns.data(), kCollChannel, k, comm->chunkBytes);
+                                         comm->conns.data(), kCollChannel, k, comm->chunkBytes,
+                                         &comm->topo, comm->traffic.get());
       r->ops = colls;
       initItem(*r, comm, chainTask(*r->ctx, colls, k));
       runs.push_back(std::move(r));
@@ -136,7 +137,8 @@ Status runOps(Job& job) {
     if (!p2p.empty()) {
       auto r = std::make_unique<Run>();
       r->ctx = std::make_unique<ExecCtx>(p2p[0]->args, comm->rank, comm->nranks,
-                                         comm->conns.data(), kP2pChannel, k, comm->chunkBytes);
+                                         comm->conns.data(), kP2pChannel, k, comm->chunkBytes,
+                                         &comm->topo, comm->traffic.get());
       r->ops = p2p;
       initItem(*r, comm, p2pBatchTask(*r->ctx, p2p));
       runs.push_back(std::move(r));
