@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/probe.h"
 #include "core/registry.h"
 #include "core/topology.h"
 
@@ -188,6 +189,7 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
     }
   }
   TIDE_TRY(comm->bootstrap->barrier());
+  TIDE_TRY(calibrateLinks(comm));
   if (logLevel() >= LogLevel::Info) {
     std::string summary;
     for (int p = 0; p < nranks; ++p) {
