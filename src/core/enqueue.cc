@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/config.h"
 #include "core/job.h"
@@ -89,12 +90,31 @@ bool collFromName(const std::string& name, CollType* out) {
   return false;
 }
 
+// Logs the cost model's table for a call shape once per communicator (at
+// TIDE_DEBUG=INFO): every candidate's predicted time and the choice.
+void logChoice(const CollArgs& args, const tideComm* comm, const std::string& table,
+               const AlgorithmInfo* chosen) {
+  static std::mutex mu;
+  static std::set<std::tuple<uint64_t, int, size_t, int>> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple(comm->commHash, static_cast<int>(args.type), args.count,
+                               static_cast<int>(args.dtype));
+    if (!seen.insert(key).second) return;
+  }
+  TIDE_INFO("choice: %s %zu x %s on %d ranks / %d nodes:%s -> %s", collName(args.type),
+            args.count, dtypeName(args.dtype), comm->nranks, comm->topo.nnodes, table.c_str(),
+            chosen ? chosen->name : "none");
+}
+
 // The cost model's choice: the supporting algorithm with the smallest
 // predicted time; unmodelled ones only when no modelled one supports the call.
 const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
   const AlgorithmInfo* best = nullptr;
   const AlgorithmInfo* fallback = nullptr;
   double bestUs = 0;
+  const bool log = logLevel() >= LogLevel::Info;
+  std::string table;
   for (const AlgorithmInfo* a : registeredAlgorithms()) {
     if (!(a->collMask & collBit(args.type))) continue;
     if (a->supports != nullptr && !a->supports(args, comm->nranks)) continue;
@@ -103,16 +123,19 @@ const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
       continue;
     }
     double us = a->predictUs(args, comm->topo, comm->chunkBytes);
+    if (log) {
+      char item[64];
+      snprintf(item, sizeof(item), " %s %.1f us", a->name, us);
+      table += item;
+    }
     if (best == nullptr || us < bestUs) {
       best = a;
       bestUs = us;
     }
   }
-  if (best != nullptr && logLevel() >= LogLevel::Trace) {
-    TIDE_TRACE("%s %zu x %s: %s predicted %.1f us", collName(args.type), args.count,
-               dtypeName(args.dtype), best->name, bestUs);
-  }
-  return best != nullptr ? best : fallback;
+  const AlgorithmInfo* chosen = best != nullptr ? best : fallback;
+  if (log) logChoice(args, comm, table, chosen);
+  return chosen;
 }
 
 // ---- Groups ----------------------------------------------------------------------
@@ -126,8 +149,45 @@ thread_local GroupState tGroup;
 
 std::mutex gIssueMu;  // ticket assignment and stream queueing happen atomically
 
-Status submit(std::vector<OpDesc> ops) {
+// Jobs without a host stream run only on the calling thread, so one Job per
+// thread is recycled for them (no allocation in steady state). Thread-safety:
+// thread_local; `tLocalBusy` guards against re-entry.
+thread_local Job tLocalJob;
+thread_local bool tLocalBusy = false;
+
+Status submitLocal(std::vector<OpDesc>& ops) {
+  Job& job = tLocalJob;
+  job.ops.swap(ops);
+  job.tickets.clear();
+  job.claimed.store(true, std::memory_order_relaxed);
+  job.done = false;
+  job.result = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(gIssueMu);
+    for (OpDesc& op : job.ops) {
+      bool seen = false;
+      for (auto& t : job.tickets) seen |= (t.first == op.comm);
+      if (!seen) {
+        std::lock_guard<std::mutex> cl(op.comm->execMu);
+        job.tickets.emplace_back(op.comm, op.comm->nextTicket++);
+        op.comm->users.fetch_add(1);
+      }
+    }
+  }
+  tLocalBusy = true;
+  executeJob(job);
+  tLocalBusy = false;
+  job.ops.swap(ops);  // hands the capacity back to the caller's vector
+  ops.clear();
+  return job.result;
+}
+
+// Consumes `ops` (left empty, capacity kept where possible).
+Status submit(std::vector<OpDesc>& ops) {
   if (ops.empty()) return Status::Ok();
+  bool anyStream = false;
+  for (const OpDesc& op : ops) anyStream |= op.stream != nullptr;
+  if (!anyStream && !tLocalBusy) return submitLocal(ops);
   auto job = std::make_shared<Job>();
   job->ops = std::move(ops);
   std::vector<tideStream*> streams;
@@ -286,9 +346,11 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     tGroup.ops.push_back(d);
     return Status::Ok();
   }
-  std::vector<OpDesc> one;
+  // The single-op vector keeps its capacity across calls on this thread.
+  thread_local std::vector<OpDesc> one;
+  one.clear();
   one.push_back(d);
-  return submit(std::move(one));
+  return submit(one);
 }
 
 Status groupStart() {
@@ -306,7 +368,7 @@ Status groupEnd() {
     return makeStatus(first.code(), "group not launched: an operation in it failed: %s",
                       first.message().c_str());
   }
-  return submit(std::move(ops));
+  return submit(ops);
 }
 
 }  // namespace tide
