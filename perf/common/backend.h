@@ -79,6 +79,14 @@ class Backend {
   // original data.
   virtual tideResult_t SendRecv(const void* send, int to, void* recv, int from, size_t count,
                                 tideDataType_t type) = 0;
+
+  // Payload bytes this rank has sent/received since init: {intra-node sent,
+  // intra-node received, inter-node sent, inter-node received}. False when the
+  // backend cannot tell (then --traffic prints nothing).
+  virtual bool Traffic(unsigned long long out[4]) {
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace tide_perf

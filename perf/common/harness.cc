@@ -38,6 +38,7 @@ struct Options {
   std::vector<const DType*> types;
   std::vector<int> ops;
   int root = 0;  // -1: every root
+  bool traffic = false;
   std::vector<std::string> notes;
 };
 
@@ -75,6 +76,8 @@ void Usage(const char* prog) {
       "  -g, --ngpus <1>         devices per thread (only 1)\n"
       "  -m, --agg_iters <n>     accepted and ignored\n"
       "  -G, --cudagraph <n>     accepted and ignored\n"
+      "  --traffic               after each size, print this rank's payload bytes per\n"
+      "                          out-of-place call by link class (intra-/inter-node)\n"
       "  -h, --help              this text\n"
       "Ranks come from the launcher (tiderun, mpirun, torchrun); alone it runs 1 rank.\n",
       prog);
@@ -101,7 +104,8 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options
       {"op", kArg, nullptr, 'o'},           {"datatype", kArg, nullptr, 'd'},
       {"root", kArg, nullptr, 'r'},         {"blocking", kArg, nullptr, 'z'},
       {"average", kArg, nullptr, 'a'},      {"cudagraph", kArg, nullptr, 'G'},
-      {"help", no_argument, nullptr, 'h'},  {nullptr, 0, nullptr, 0}};
+      {"help", no_argument, nullptr, 'h'},  {"traffic", no_argument, nullptr, 1000},
+      {nullptr, 0, nullptr, 0}};
   std::string type_arg = "float", op_arg = "sum";
   bool saw_i = false, saw_f = false;
   auto bad = [&](const char* what, const char* val) {
@@ -141,6 +145,7 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options
       case 'z': if (!ParseInt(optarg, 0, 1, &o->blocking)) return bad("blocking", optarg); break;
       case 'a': if (!ParseInt(optarg, 0, 3, &o->average)) return bad("average", optarg); break;
       case 'o': op_arg = optarg; break;
+      case 1000: o->traffic = true; break;
       case 'd': type_arg = optarg; break;
       case 'r':
         if (std::strcmp(optarg, "all") == 0 || std::strcmp(optarg, "-1") == 0) {
@@ -228,6 +233,9 @@ struct Run {
   double bw_sum = 0;
   int bw_count = 0;
   uint64_t checks = 0;
+  // --traffic: bytes per out-of-place call of the last size measured.
+  bool have_traffic = false;
+  unsigned long long traffic[4] = {};
 };
 
 [[noreturn]] void Fail(const Run& run, const char* what, tideResult_t res) {
@@ -301,10 +309,16 @@ void Measure(Run& run, Bench& b, size_t bytes) {
   const Collective& coll = *run.coll;
   coll.set_pointers(&b);
   Barrier(run);
+  unsigned long long before[4] = {}, after[4] = {};
+  const bool count = run.opt.traffic && !b.in_place && run.be->Traffic(before);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < run.opt.iters; ++i) Try(run, coll.name, coll.issue(b));
   Sync(run);
   auto t1 = std::chrono::steady_clock::now();
+  if (count && run.be->Traffic(after)) {
+    run.have_traffic = true;
+    for (int k = 0; k < 4; ++k) run.traffic[k] = (after[k] - before[k]) / run.opt.iters;
+  }
   double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / run.opt.iters;
   if (run.opt.average != 0) {
     static const tideRedOp_t kAgg[] = {tideSum, tideSum, tideMin, tideMax};
@@ -365,8 +379,14 @@ void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes,
   }
   if (run.rank == 0) {
     std::printf("\n");
+    if (run.have_traffic) {
+      std::printf("#  traffic %12zu  intra-sent %llu intra-recv %llu inter-sent %llu "
+                  "inter-recv %llu\n",
+                  bytes, run.traffic[0], run.traffic[1], run.traffic[2], run.traffic[3]);
+    }
     std::fflush(stdout);
   }
+  run.have_traffic = false;
 }
 
 char* AllocTouched(size_t bytes) {

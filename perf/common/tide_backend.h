@@ -67,6 +67,17 @@ class TideBackend final : public Backend {
     return tideAllGather(send, recv, bytes, tideUint8, comm_, nullptr);
   }
 
+  bool Traffic(unsigned long long out[4]) override {
+    tideTraffic_t t;
+    t.size = sizeof(t);
+    if (tideCommGetTraffic(comm_, &t) != tideSuccess) return false;
+    out[0] = t.intraNodeSent;
+    out[1] = t.intraNodeRecv;
+    out[2] = t.interNodeSent;
+    out[3] = t.interNodeRecv;
+    return true;
+  }
+
   tideResult_t AllReduce(const void* send, void* recv, size_t count, tideDataType_t type,
                          tideRedOp_t op) override {
     return tideAllReduce(send, recv, count, type, op, comm_, stream_);
