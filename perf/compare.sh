@@ -28,8 +28,10 @@
 #   -C "LIST"   collectives [all_reduce all_gather reduce_scatter broadcast];
 #               also: reduce alltoall sendrecv
 #   -L "LIST"   libraries among tide ob1 ucx [tide ob1 ucx]
-#   -z 0|1      blocking mode passed to every tool [0] (the MPI tools are
-#               always blocking)
+#   -z 0|1      blocking mode passed to every tool [1]: 1 issues Tide's calls
+#               on the NULL stream, which, like MPI_Allreduce, returns when
+#               the operation is done (the MPI tools are always blocking);
+#               0 queues them on a host stream (a worker thread per process)
 #   -s BYTES    small/medium split [64K]; -S BYTES  medium/large split [4M]
 #   --small-iters "ARGS" [-n 50 -w 5]   --medium-iters "ARGS" [-n 10 -w 2]
 #   --large-iters "ARGS" [-n 2 -w 1]
@@ -50,7 +52,7 @@ maxb=256M
 factor=4
 colls="all_reduce all_gather reduce_scatter broadcast"
 libs="tide ob1 ucx"
-blocking=0
+blocking=1
 split=64K
 split2=4M
 small_iters="-n 50 -w 5"

@@ -12,7 +12,8 @@ packages=(
   build-essential g++ meson ninja-build pkg-config python3
   libgtest-dev googletest libgmock-dev libbenchmark-dev
   libhwloc-dev hwloc libucx-dev libibverbs-dev rdma-core
-  openmpi-bin libopenmpi-dev libpmix-dev iproute2 procps
+  openmpi-bin libopenmpi-dev libpmix-dev iproute2 procps iperf3
+  clang
 )
 optional=(python3-torch)
 
@@ -31,6 +32,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     "${optional[@]}" || echo "== optional packages not installed: ${optional[*]}"
 fi
+
+# CUDA (nvcc for the device kernels; nccl.h for the NCCL shim) lives outside
+# the Debian packages, under /usr/local/cuda when the machine has it.
+if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
 echo "== configure and build ($build)"
 if [ -d "$build" ]; then meson setup --reconfigure "$build" >/dev/null; else meson setup "$build"; fi

@@ -10,12 +10,10 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/registry.h"
 #include "core/topology.h"
+#include "topology/provider.h"
 
-namespace tide {
-
-namespace {
+namespace tide::topo {
 
 Status nodeIdentity(std::string* out) {
   if (knobIsSet(Knob::HostId)) {
@@ -24,7 +22,7 @@ Status nodeIdentity(std::string* out) {
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  struct stat st{};
+  struct stat st {};
   char ns[40] = "";
   if (stat("/proc/self/ns/net", &st) == 0) {
     snprintf(ns, sizeof(ns), "/netns:%lu", static_cast<unsigned long>(st.st_ino));
@@ -33,10 +31,4 @@ Status nodeIdentity(std::string* out) {
   return Status::Ok();
 }
 
-const TopologyProvider kProvider = {"node-identity", nodeIdentity};
-
-}  // namespace
-
-TIDE_ON_LOAD(registerTopologyProvider(&kProvider));
-
-}  // namespace tide
+}  // namespace tide::topo

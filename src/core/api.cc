@@ -7,11 +7,13 @@
 #include <string>
 #include <thread>
 
+#include "core/check.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/enqueue.h"
 #include "core/env_init.h"
 #include "core/log.h"
+#include "core/shrink.h"
 #include "tide/tide.h"
 #include "tide_build_config.h"
 
@@ -70,6 +72,7 @@ void waitUnused(tideComm* comm) {
 void freeComm(tideComm* comm) {
   if (comm->initThread.joinable()) comm->initThread.join();
   waitUnused(comm);
+  tide::checkForget(comm);
   tide::teardownCommunicator(comm);
   delete comm;
 }
@@ -79,7 +82,8 @@ tide::Status initRank(tideComm_t* out, int nranks, const tideUniqueId& commId, i
   if (out == nullptr) return tide::invalidArgument("comm pointer is NULL");
   *out = nullptr;
   if (nranks < 1) return tide::invalidArgument("nranks %d < 1", nranks);
-  if (rank < 0 || rank >= nranks) return tide::invalidArgument("rank %d not in [0, %d)", rank, nranks);
+  if (rank < 0 || rank >= nranks)
+    return tide::invalidArgument("rank %d not in [0, %d)", rank, nranks);
   tide::UniqueIdData id;
   TIDE_TRY(tide::decodeUniqueId(commId, &id));
   auto* c = new tideComm();
@@ -211,6 +215,15 @@ TIDE_API tideResult_t tideCommSplit(tideComm_t comm, int color, int key, tideCom
       return tide::invalidUsage("communicator is not initialized");
     TIDE_TRY(comm->stickyError());
     return tide::splitCommunicator(comm, color, key, newcomm, config);
+  });
+}
+
+TIDE_API tideResult_t tideCommShrink(tideComm_t comm, const int* excludeRanks, int nExclude,
+                                     tideComm_t* newcomm, tideConfig_t* config, int flags) {
+  return commCall("tideCommShrink", comm, [&]() -> Status {
+    if (newcomm == nullptr) return tide::invalidArgument("newcomm is NULL");
+    *newcomm = nullptr;
+    return tide::shrinkCommunicator(comm, excludeRanks, nExclude, newcomm, config, flags);
   });
 }
 

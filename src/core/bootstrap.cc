@@ -1,8 +1,11 @@
 // Rank side of the bootstrap, plus the unique-id encoding.
 #include "core/bootstrap.h"
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -104,6 +107,67 @@ Digest helloProof(const UniqueIdData& id, const char* label, const uint8_t* nonc
 
 }  // namespace
 
+bool interfaceNameMatches(const std::string& filter, const char* name) {
+  std::string f = filter;
+  bool exclude = false, exact = false;
+  if (!f.empty() && f[0] == '^') {
+    exclude = true;
+    f.erase(0, 1);
+  }
+  if (!f.empty() && f[0] == '=') {
+    exact = true;
+    f.erase(0, 1);
+  }
+  bool hit = false;
+  for (size_t pos = 0; pos <= f.size() && !hit;) {
+    size_t end = f.find(',', pos);
+    if (end == std::string::npos) end = f.size();
+    std::string item = f.substr(pos, end - pos);
+    if (!item.empty()) hit = exact ? item == name : strncmp(name, item.c_str(), item.size()) == 0;
+    pos = end + 1;
+  }
+  return exclude ? !hit : hit;
+}
+
+Status interfaceAddress(int family, SockAddr* addr) {
+  std::string filter = knobString(Knob::SocketIfname);
+  if (filter.empty()) return Status::Ok();
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return errnoError(errno, "getifaddrs");
+  SockAddr same, other;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP)) continue;
+    int fam = i->ifa_addr->sa_family;
+    if ((fam != AF_INET && fam != AF_INET6) || !interfaceNameMatches(filter, i->ifa_name))
+      continue;
+    if (fam == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+      continue;
+    SockAddr& slot = fam == family ? same : other;
+    if (slot.valid()) continue;
+    size_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    memcpy(&slot.ss, i->ifa_addr, len);
+    slot.len = static_cast<socklen_t>(len);
+  }
+  freeifaddrs(list);
+  if (!same.valid() && !other.valid())
+    return invalidArgument("no up interface matches TIDE_SOCKET_IFNAME=%s", filter.c_str());
+  *addr = same.valid() ? same : other;
+  return Status::Ok();
+}
+
+SockAddr Bootstrap::rankAddress(int r) const {
+  if (r < 0 || static_cast<size_t>(r) >= table_.size()) return SockAddr{};
+  return fromWire(table_[r]);
+}
+
+Status Bootstrap::startRootOnListener(const UniqueIdData& id) {
+  if (!listener_.valid())
+    return invalidUsage("this communicator's bootstrap listener was already handed to a "
+                        "shrink (shrink a communicator at most once; shrink the new one)");
+  return startBootstrapRootOn(std::move(listener_), id);
+}
+
 Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeoutSec,
                          const std::atomic<bool>* abortFlag, std::unique_ptr<Bootstrap>* out) {
   std::unique_ptr<Bootstrap> b(new Bootstrap());
@@ -118,9 +182,10 @@ Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeo
   TIDE_TRY(Socket::connect(id.root, deadline, abortFlag, &root));
   SockAddr local;
   TIDE_TRY(root.localAddr(&local));
+  TIDE_TRY(interfaceAddress(local.family(), &local));
   b->localAddress_ = local.hostStr();
   local.setPort(0);
-  Socket listener;
+  Socket& listener = b->listener_;
   TIDE_TRY(Socket::listen(local, SOMAXCONN, &listener));
   SockAddr listenAddr;
   TIDE_TRY(listener.localAddr(&listenAddr));
@@ -148,6 +213,7 @@ Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeo
   std::vector<WireAddr> table(nranks);
   TIDE_TRY(root.recvAll(table.data(), table.size() * sizeof(WireAddr), deadline, abortFlag));
   root.close();
+  b->table_ = table;
   if (nranks == 1) {
     *out = std::move(b);
     return Status::Ok();
@@ -170,7 +236,8 @@ Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeo
       // first, so this cannot form a cycle.
       BootChallenge theirs;
       TIDE_TRY(b->next_.recvAll(&theirs, sizeof(theirs), deadline, abortFlag));
-      if (theirs.magic != kBootMagic) return remoteError("bootstrap: bad challenge from rank %d", next);
+      if (theirs.magic != kBootMagic)
+        return remoteError("bootstrap: bad challenge from rank %d", next);
       BootHello h;
       h.rank = rank;
       h.nranks = nranks;

@@ -15,12 +15,20 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/socket.h"
 #include "core/status.h"
 #include "core/unique_id.h"
 
 namespace tide {
+
+// Fixed-size portable form of a socket address.
+struct WireAddr {
+  uint16_t family = 0;
+  uint16_t port = 0;
+  uint8_t addr[16] = {};
+};
 
 class Bootstrap {
  public:
@@ -32,8 +40,18 @@ class Bootstrap {
   // `all` holds nranks blocks of `bytes`; block rank() is this rank's input.
   Status allGather(void* all, size_t bytes);
   Status barrier();
-  // The address this rank used to reach the root (text, no port).
+  // The address this rank used to reach the root (text, no port), or the
+  // TIDE_SOCKET_IFNAME interface's address when that knob is set.
   const std::string& localAddress() const { return localAddress_; }
+  // Bootstrap listening address of rank r (from the root's table); invalid
+  // when r is out of range.
+  SockAddr rankAddress(int r) const;
+  // Shrink: turns this rank's listening socket (its address is
+  // rankAddress(rank())) into the bootstrap root of a new communicator with
+  // `id`'s secret, so survivors that know the old table can reach it without
+  // any other exchange. Connections already queued on it are served. Once per
+  // Bootstrap (the listener moves into the root): tideInvalidUsage after.
+  Status startRootOnListener(const UniqueIdData& id);
 
  private:
   Bootstrap() = default;
@@ -44,20 +62,28 @@ class Bootstrap {
   int timeoutSec_ = 0;
   const std::atomic<bool>* abort_ = nullptr;
   std::string localAddress_;
+  Socket listener_;              // kept open for shrink (see startRootOnListener)
+  std::vector<WireAddr> table_;  // every rank's listening address
   Socket next_;  // to rank + 1
   Socket prev_;  // from rank - 1
 };
 
 // ---- Wire format shared by the root and the ranks --------------------------------
 
-// Fixed-size portable form of a socket address.
-struct WireAddr {
-  uint16_t family = 0;
-  uint16_t port = 0;
-  uint8_t addr[16] = {};
-};
 WireAddr toWire(const SockAddr& a);
 SockAddr fromWire(const WireAddr& w);
+
+// TIDE_SOCKET_IFNAME syntax: comma-separated name prefixes, "^" excludes the
+// listed ones, "=" makes names exact. Pure.
+bool interfaceNameMatches(const std::string& filter, const char* name);
+// When TIDE_SOCKET_IFNAME is set, replaces *addr with the first address of an
+// up interface it selects (of `family` when there is one; no link-local v6);
+// tideInvalidArgument when none matches. Leaves *addr alone when unset.
+Status interfaceAddress(int family, SockAddr* addr);
+
+// Starts a bootstrap root (as startBootstrapRoot) on an already listening
+// socket instead of binding a new one; `id.root` is not used.
+Status startBootstrapRootOn(Socket listener, const UniqueIdData& id);
 
 constexpr uint64_t kBootMagic = 0x74696465426f6f74ull;  // "tideBoot"
 constexpr uint32_t kBootVersion = 1;

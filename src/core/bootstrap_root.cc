@@ -402,13 +402,15 @@ void serveRoot(std::unique_ptr<RootState> st) {
 
 }  // namespace
 
-Status startBootstrapRoot(UniqueIdData* data) {
+Status startBootstrapRootOn(Socket listener, const UniqueIdData& id) {
   auto st = std::make_unique<RootState>();
-  TIDE_TRY(Socket::listen(data->root, SOMAXCONN, &st->listener));
-  TIDE_TRY(st->listener.localAddr(&data->root));
-  st->id = *data;
+  st->listener = std::move(listener);
+  st->id = id;
+  SockAddr where;
+  TIDE_TRY(st->listener.localAddr(&where));
+  st->id.root = where;
   st->timeoutSec = static_cast<int>(knobInt(Knob::Timeout));
-  TIDE_INFO("bootstrap root listening on %s", data->root.str().c_str());
+  TIDE_INFO("bootstrap root listening on %s", where.str().c_str());
   try {
     std::thread(serveRoot, std::move(st)).detach();
   } catch (const std::system_error& e) {
@@ -417,8 +419,15 @@ Status startBootstrapRoot(UniqueIdData* data) {
   return Status::Ok();
 }
 
+Status startBootstrapRoot(UniqueIdData* data) {
+  Socket listener;
+  TIDE_TRY(Socket::listen(data->root, SOMAXCONN, &listener));
+  TIDE_TRY(listener.localAddr(&data->root));
+  return startBootstrapRootOn(std::move(listener), *data);
+}
+
 // Address for a root started by tideGetUniqueId: the first up, non-loopback
-// IPv4 interface matching TIDE_SOCKET_IFNAME's prefix (if set), else loopback.
+// IPv4 interface selected by TIDE_SOCKET_IFNAME (if set), else loopback.
 Status defaultRootAddress(SockAddr* out) {
   std::string want = knobString(Knob::SocketIfname);
   ifaddrs* ifs = nullptr;
@@ -427,7 +436,7 @@ Status defaultRootAddress(SockAddr* out) {
       if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
       if (!(i->ifa_flags & IFF_UP)) continue;
       bool loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
-      if (want.empty() ? loop : strncmp(i->ifa_name, want.c_str(), want.size()) != 0) continue;
+      if (want.empty() ? loop : !interfaceNameMatches(want, i->ifa_name)) continue;
       memcpy(&out->ss, i->ifa_addr, sizeof(sockaddr_in));
       out->len = sizeof(sockaddr_in);
       out->setPort(0);

@@ -138,6 +138,41 @@ const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
   return chosen;
 }
 
+// The cost model's answer depends only on the call's shape and the
+// communicator (whose topology is immutable), so repeated shapes - a training
+// loop, a benchmark - skip the model (whose predictions allocate). A small
+// direct-mapped cache per thread; the communicator's address and hash both
+// key it, so a new communicator at a recycled address never hits a stale entry.
+struct ChoiceEntry {
+  const tideComm* comm = nullptr;
+  uint64_t commHash = 0;
+  size_t count = 0;
+  int root = 0;
+  CollType type = CollType::kCount;
+  tideDataType_t dtype = tideFloat32;
+  RedOp op = RedOp::Sum;
+  const AlgorithmInfo* algo = nullptr;
+};
+constexpr size_t kChoiceSlots = 32;
+thread_local ChoiceEntry tChoices[kChoiceSlots];
+
+const AlgorithmInfo* cachedAutoAlgo(const CollArgs& args, const tideComm* comm) {
+  size_t h = reinterpret_cast<uintptr_t>(comm) >> 6;
+  h = h * 31 + args.count;
+  h = h * 31 + static_cast<size_t>(args.type);
+  h = h * 31 + static_cast<size_t>(args.dtype);
+  ChoiceEntry& e = tChoices[(h ^ (h >> 17)) % kChoiceSlots];
+  if (e.comm == comm && e.commHash == comm->commHash && e.count == args.count &&
+      e.root == args.root && e.type == args.type && e.dtype == args.dtype && e.op == args.op &&
+      e.algo != nullptr) {
+    return e.algo;
+  }
+  const AlgorithmInfo* algo = autoAlgo(args, comm);
+  e = ChoiceEntry{comm, comm->commHash, args.count, args.root, args.type, args.dtype, args.op,
+                  algo};
+  return algo;
+}
+
 // ---- Groups ----------------------------------------------------------------------
 
 struct GroupState {
@@ -338,7 +373,7 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
     d.algo = (forced && (!forced->supports || forced->supports(a, comm->nranks)))
                  ? forced
-                 : autoAlgo(a, comm);
+                 : cachedAutoAlgo(a, comm);
     if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
   }
   d.seq = comm->opCount++;

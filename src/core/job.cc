@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
+#include "core/check.h"
 #include "core/executor.h"
 #include "core/log.h"
 #include "core/registry.h"
@@ -90,8 +92,10 @@ std::string describe(const OpDesc& op) {
   return buf;
 }
 
+// One task of a job and its execution context. Runs are recycled per thread
+// (see RunPool), so a steady stream of calls allocates nothing here.
 struct Run {
-  std::unique_ptr<ExecCtx> ctx;
+  std::optional<ExecCtx> ctx;
   ExecItem item;
   std::vector<const OpDesc*> ops;
 };
@@ -104,49 +108,90 @@ std::string describeRun(const void* arg) {
 }
 
 void initItem(Run& r, tideComm* comm, Task task) {
-  r.item.ctx = r.ctx.get();
+  r.item.ctx = &*r.ctx;
   r.item.task = std::move(task);
   r.item.describe = describeRun;
   r.item.describeArg = &r;
   r.item.bell = comm->bell;
   r.item.abort = &comm->abortFlag;
   r.item.timeoutSec = comm->timeoutSec;
+  r.item.result = Status::Ok();
+}
+
+// Per-thread recycled Runs. Thread-safety: thread_local; `inUse` guards
+// against re-entry (a nested job then uses a private pool).
+struct RunPool {
+  std::vector<std::unique_ptr<Run>> runs;
+  std::vector<ExecItem*> items;
+  size_t used = 0;
+  bool inUse = false;
+
+  Run& next() {
+    if (used == runs.size()) runs.push_back(std::make_unique<Run>());
+    return *runs[used++];
+  }
+  // Destroys the tasks and contexts of the last job; keeps the memory.
+  void recycle() {
+    for (size_t i = 0; i < used; ++i) {
+      Run& r = *runs[i];
+      r.item.task.reset();
+      r.item.ctx = nullptr;
+      r.ctx.reset();
+      r.ops.clear();
+    }
+    used = 0;
+    items.clear();
+  }
+};
+thread_local RunPool tRuns;
+
+Run& newRun(RunPool& pool, tideComm* comm, int channel, const OpDesc& first,
+            const KernelTable* k) {
+  Run& r = pool.next();
+  r.ctx.emplace(first.args, comm->rank, comm->nranks, comm->conns.data(), channel, k,
+                comm->chunkBytes, &comm->topo, comm->traffic.get());
+  return r;
+}
+
+Status runOpsWith(Job& job, RunPool& pool) {
+  const KernelTable* k = kernelsFor(MemType::Host);
+  for (auto& [comm, ticket] : job.tickets) {
+    Run* coll = nullptr;
+    Run* p2p = nullptr;
+    for (const OpDesc& op : job.ops) {
+      if (op.comm != comm) continue;
+      Run*& r = op.algo != nullptr ? coll : p2p;
+      if (r == nullptr) r = &newRun(pool, comm, op.algo ? kCollChannel : kP2pChannel, op, k);
+      r->ops.push_back(&op);
+    }
+    if (coll != nullptr) {
+      const OpDesc& only = *coll->ops[0];
+      // A lone collective without Avg lowering runs its algorithm directly.
+      bool direct = coll->ops.size() == 1 && only.preScale == 0 && only.postDiv == 0;
+      initItem(*coll, comm,
+               direct ? only.algo->run(*coll->ctx) : chainTask(*coll->ctx, coll->ops, k));
+      pool.items.push_back(&coll->item);
+    }
+    if (p2p != nullptr) {
+      initItem(*p2p, comm, p2pBatchTask(*p2p->ctx, p2p->ops));
+      pool.items.push_back(&p2p->item);
+    }
+  }
+  return runTasks(pool.items, job.tickets.front().first->wait);
 }
 
 Status runOps(Job& job) {
-  const KernelTable* k = kernelsFor(MemType::Host);
-  std::vector<std::unique_ptr<Run>> runs;
-  for (auto& [comm, ticket] : job.tickets) {
-    std::vector<const OpDesc*> colls;
-    for (const OpDesc& op : job.ops) {
-      if (op.comm == comm && op.algo != nullptr) colls.push_back(&op);
-    }
-    if (!colls.empty()) {
-      auto r = std::make_unique<Run>();
-      r->ctx = std::make_unique<ExecCtx>(colls[0]->args, comm->rank, comm->nranks,
-                                         comm->conns.data(), kCollChannel, k, comm->chunkBytes,
-                                         &comm->topo, comm->traffic.get());
-      r->ops = colls;
-      initItem(*r, comm, chainTask(*r->ctx, colls, k));
-      runs.push_back(std::move(r));
-    }
-    std::vector<const OpDesc*> p2p;
-    for (const OpDesc& op : job.ops) {
-      if (op.comm == comm && op.algo == nullptr) p2p.push_back(&op);
-    }
-    if (!p2p.empty()) {
-      auto r = std::make_unique<Run>();
-      r->ctx = std::make_unique<ExecCtx>(p2p[0]->args, comm->rank, comm->nranks,
-                                         comm->conns.data(), kP2pChannel, k, comm->chunkBytes,
-                                         &comm->topo, comm->traffic.get());
-      r->ops = p2p;
-      initItem(*r, comm, p2pBatchTask(*r->ctx, p2p));
-      runs.push_back(std::move(r));
-    }
+  if (tRuns.inUse) {
+    RunPool own;
+    Status s = runOpsWith(job, own);
+    own.recycle();
+    return s;
   }
-  std::vector<ExecItem*> items;
-  for (auto& r : runs) items.push_back(&r->item);
-  return runTasks(items, job.tickets.front().first->wait);
+  tRuns.inUse = true;
+  Status s = runOpsWith(job, tRuns);
+  tRuns.recycle();
+  tRuns.inUse = false;
+  return s;
 }
 
 }  // namespace
@@ -167,6 +212,7 @@ void executeJob(Job& job) {
     Status sticky = comm->stickyError();
     if (!sticky.ok()) result = sticky;
   }
+  if (result.ok()) result = checkJob(job);  // TIDE_CHECK=1 (core/check.h); not sticky
   if (result.ok()) {
     result = runOps(job);
     if (!result.ok()) {
@@ -183,15 +229,24 @@ void executeJob(Job& job) {
     }
     comm->execCv.notify_all();
   }
-  std::vector<tideComm*> comms;
-  for (auto& t : job.tickets) comms.push_back(t.first);
+  // The job may be freed as soon as it is marked done: copy the
+  // communicators first (inline for the usual few).
+  tideComm* few[8];
+  std::vector<tideComm*> many;
+  tideComm** comms = few;
+  const size_t ncomms = job.tickets.size();
+  if (ncomms > 8) {
+    many.resize(ncomms);
+    comms = many.data();
+  }
+  for (size_t i = 0; i < ncomms; ++i) comms[i] = job.tickets[i].first;
   {
     std::lock_guard<std::mutex> lock(job.mu);
     job.result = result;
     job.done = true;
   }
   job.cv.notify_all();
-  for (tideComm* c : comms) c->users.fetch_sub(1);
+  for (size_t i = 0; i < ncomms; ++i) comms[i]->users.fetch_sub(1);
 }
 
 }  // namespace tide

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -56,10 +58,12 @@ std::vector<unsigned char> makeData(uint32_t seed, size_t n) {
 
 TEST(ShmFifo, FillAndDrain) {
   FifoMem f(4, 64);
+  const size_t cap = f.view.capacity();
+  ASSERT_EQ(cap, 64u - shm::kSlotHeaderBytes);
   for (int i = 0; i < 4; ++i) {
     void* slot = f.view.writeSlot();
     ASSERT_NE(slot, nullptr);
-    std::memset(slot, i, 64);
+    std::memset(slot, i, cap);
     f.view.commitWrite(10 + i);
   }
   EXPECT_EQ(f.view.writeSlot(), nullptr);
@@ -68,7 +72,7 @@ TEST(ShmFifo, FillAndDrain) {
     const void* slot = f.view.readSlot(&n);
     ASSERT_NE(slot, nullptr);
     EXPECT_EQ(n, static_cast<size_t>(10 + i));
-    EXPECT_EQ(static_cast<const unsigned char*>(slot)[63], i);
+    EXPECT_EQ(static_cast<const unsigned char*>(slot)[cap - 1], i);
     f.view.releaseRead();
   }
   size_t n = 0;
@@ -80,7 +84,9 @@ TEST(ShmFifo, FillAndDrain) {
 // sides, so the ring wraps many times and messages straddle the wrap point.
 TEST(ShmFifo, MessagesOfAllSizesWrapAround) {
   FifoMem f(3, 64);
-  const std::vector<size_t> sizes = {0, 1, 63, 64, 65, 128, 191, 192, 193, 0, 640 + 7, 5, 1000};
+  // Around multiples of the 48-byte capacity and of the slot size.
+  const std::vector<size_t> sizes = {0,   1,   47,  48, 49,  63,  64,  65, 95,      96, 97,  128,
+                                     143, 144, 145, 0,  191, 192, 193, 0,  640 + 7, 5,  1000};
   for (int round = 0; round < 5; ++round) {
     for (size_t s = 0; s < sizes.size(); ++s) {
       auto in = makeData(static_cast<uint32_t>(round * 100 + s), sizes[s]);
@@ -175,9 +181,9 @@ TEST(ShmFifo, SizeMismatchIsAnError) {
   rop.buf = buf;
   rop.bytes = 70;
   size_t slots = 0;
-  // The first 64-byte piece fits; the second (36 bytes, 6 expected) does not.
+  // The first 48-byte piece fits; the second (48 bytes, 22 expected) does not.
   EXPECT_EQ(shm::pullMessage(f.view, rop, &slots).code(), tideInternalError);
-  EXPECT_EQ(rop.off, 64u);
+  EXPECT_EQ(rop.off, 48u);
 }
 
 // ---- Two ranks over a socketpair -----------------------------------------------
@@ -520,6 +526,69 @@ TEST(ShmTransport, DeadPeerIsReported) {
   close(sv[0]);
   EXPECT_EQ(err, "");
   EXPECT_EQ(leftovers(prefix), 0);
+}
+
+// A SIGKILLed peer that nobody has reaped yet (a zombie: kill(pid, 0) still
+// succeeds) is noticed within a second, and the error names it.
+TEST(ShmTransport, KilledPeerNoticedWithinOneSecond) {
+  std::string prefix = newPrefix();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(sv[0]);
+    runRank(sv[1], 1, prefix, {0}, [](PairContext&, Conns&) {
+      for (;;) pause();  // connected, then waits to be killed
+      return std::string();
+    });
+    _exit(1);
+  }
+  close(sv[1]);
+  std::string err = runRank(sv[0], 0, prefix, {1}, [&](PairContext& ctx, Conns& conns) {
+    std::vector<char> buf(4096);
+    uint64_t t = 0;
+    if (!conns[0]->postRecv(buf.data(), buf.size(), nullptr, &t).ok()) return std::string("post");
+    // Let the child finish setup (it unlinks its segment last), then kill it.
+    for (int i = 0; i < 500 && leftovers(prefix) > 0; ++i) usleep(10000);
+    kill(pid, SIGKILL);
+    auto start = Clock::now();
+    std::string e = drive(ctx, conns, 10);
+    double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("[ shm    ] killed peer noticed after %.3f s: %s\n", secs, e.c_str());
+    if (e.find("rank 1") == std::string::npos) return "expected a peer error, got: " + e;
+    if (secs > 1.0) return "took " + std::to_string(secs) + " s";
+    return std::string();
+  });
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(sv[0]);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(leftovers(prefix), 0);
+}
+
+// The two ranks post different message sequences: the receiver reports the
+// mismatch instead of mixing messages up or writing past its buffer.
+TEST(ShmTransport, MismatchedMessagesAreAnError) {
+  runProcesses(newPrefix(), [&](PairContext& ctx, Conns& conns) -> std::string {
+    uint64_t t = 0;
+    std::vector<char> buf(256, 0x11);
+    if (ctx.rank() == 1) {
+      // Message #1 is empty here, 100 bytes on rank 0.
+      if (!conns[0]->postSend(buf.data(), 0, &t).ok()) return std::string("post");
+      if (!conns[0]->postSend(buf.data(), 100, &t).ok()) return std::string("post");
+      drive(ctx, conns, 2);
+      return std::string();
+    }
+    std::vector<char> in(100 + 64, 0x7f);
+    if (!conns[0]->postRecv(in.data(), 100, nullptr, &t).ok()) return std::string("post");
+    std::string e = drive(ctx, conns, 5);
+    if (e.find("mismatch") == std::string::npos) return "expected a mismatch, got: " + e;
+    for (size_t i = 100; i < in.size(); ++i) {
+      if (in[i] != 0x7f) return std::string("wrote past the buffer");
+    }
+    return std::string();
+  });
 }
 
 // One direction, 64 MiB messages; prints the receiver's throughput.

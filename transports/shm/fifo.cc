@@ -7,36 +7,38 @@
 
 namespace tide::shm {
 
-namespace {
-
-size_t sizesBytes(uint32_t slots) { return alignUp(slots * sizeof(uint32_t), kCacheLine); }
-
-}  // namespace
-
 size_t FifoView::footprint(uint32_t slots, size_t slotSize) {
-  return 2 * sizeof(FifoCounter) + sizesBytes(slots) + static_cast<size_t>(slots) * slotSize;
+  return sizeof(FifoCounter) + static_cast<size_t>(slots) * slotSize;
 }
 
-void FifoView::initialize(void* mem, uint32_t slots, size_t /*slotSize*/) {
-  auto* counters = static_cast<FifoCounter*>(mem);
-  new (&counters[0]) FifoCounter();
-  new (&counters[1]) FifoCounter();
-  std::memset(reinterpret_cast<char*>(mem) + 2 * sizeof(FifoCounter), 0, sizesBytes(slots));
+void FifoView::initialize(void* mem, uint32_t slots, size_t slotSize) {
+  auto* counter = static_cast<FifoCounter*>(mem);
+  new (counter) FifoCounter();
+  char* data = static_cast<char*>(mem) + sizeof(FifoCounter);
+  for (uint32_t i = 0; i < slots; ++i) {
+    auto* h = new (data + static_cast<size_t>(i) * slotSize) SlotHeader;
+    h->stamp.store(0, std::memory_order_relaxed);
+    h->msgSeq = 0;
+    h->bytes = 0;
+  }
+  std::atomic_thread_fence(std::memory_order_release);
 }
 
 FifoView::FifoView(void* mem, uint32_t slots, size_t slotSize)
     : slots_(slots), slotSize_(slotSize) {
   char* base = static_cast<char*>(mem);
   head_ = reinterpret_cast<FifoCounter*>(base);
-  tail_ = reinterpret_cast<FifoCounter*>(base + sizeof(FifoCounter));
-  sizes_ = reinterpret_cast<uint32_t*>(base + 2 * sizeof(FifoCounter));
-  data_ = base + 2 * sizeof(FifoCounter) + sizesBytes(slots);
+  data_ = base + sizeof(FifoCounter);
   // A view may be created after traffic started (e.g. in tests): start from
-  // the shared counters, not from zero.
-  produced_ = tail_->value.load(std::memory_order_acquire);
-  seenTail_ = produced_;
+  // the shared state, not from zero. Filled slots not yet consumed have
+  // stamps above head; the producer resumes after the last of them.
   consumed_ = head_->value.load(std::memory_order_acquire);
   seenHead_ = consumed_;
+  produced_ = consumed_;
+  while (produced_ - consumed_ < slots_ &&
+         header(produced_)->stamp.load(std::memory_order_acquire) == produced_ + 1) {
+    ++produced_;
+  }
 }
 
 void* FifoView::writeSlot() {
@@ -44,23 +46,23 @@ void* FifoView::writeSlot() {
     seenHead_ = head_->value.load(std::memory_order_acquire);
     if (produced_ - seenHead_ >= slots_) return nullptr;
   }
-  return data_ + (produced_ % slots_) * slotSize_;
+  return reinterpret_cast<char*>(header(produced_)) + kSlotHeaderBytes;
 }
 
-void FifoView::commitWrite(size_t bytes) {
-  sizes_[produced_ % slots_] = static_cast<uint32_t>(bytes);
+void FifoView::commitWrite(size_t bytes, uint32_t msgSeq) {
+  SlotHeader* h = header(produced_);
+  h->msgSeq = msgSeq;
+  h->bytes = static_cast<uint32_t>(bytes);
   ++produced_;
-  tail_->value.store(produced_, std::memory_order_release);
+  h->stamp.store(produced_, std::memory_order_release);
 }
 
-const void* FifoView::readSlot(size_t* bytes) {
-  if (consumed_ == seenTail_) {
-    seenTail_ = tail_->value.load(std::memory_order_acquire);
-    if (consumed_ == seenTail_) return nullptr;
-  }
-  size_t idx = consumed_ % slots_;
-  *bytes = sizes_[idx];
-  return data_ + idx * slotSize_;
+const void* FifoView::readSlot(size_t* bytes, uint32_t* msgSeq) {
+  const SlotHeader* h = header(consumed_);
+  if (h->stamp.load(std::memory_order_acquire) != consumed_ + 1) return nullptr;
+  *bytes = h->bytes;
+  if (msgSeq != nullptr) *msgSeq = h->msgSeq;
+  return reinterpret_cast<const char*>(h) + kSlotHeaderBytes;
 }
 
 void FifoView::releaseRead() {
@@ -73,9 +75,9 @@ size_t pushMessage(FifoView& fifo, SendOp& op) {
   while (!op.done()) {
     void* slot = fifo.writeSlot();
     if (slot == nullptr) break;
-    size_t n = std::min(fifo.slotSize(), op.bytes - op.off);
+    size_t n = std::min(fifo.capacity(), op.bytes - op.off);
     std::memcpy(slot, op.buf + op.off, n);
-    fifo.commitWrite(n);
+    fifo.commitWrite(n, op.seq);
     op.off += n;
     ++filled;
   }
@@ -118,9 +120,16 @@ Status pullMessage(FifoView& fifo, RecvOp& op, size_t* slots) {
   *slots = 0;
   while (!op.done()) {
     size_t n = 0;
-    const void* slot = fifo.readSlot(&n);
+    uint32_t seq = 0;
+    const void* slot = fifo.readSlot(&n, &seq);
     if (slot == nullptr) break;
-    size_t expect = std::min(fifo.slotSize(), op.bytes - op.off);
+    if (seq != op.seq) {
+      return internalError(
+          "shm: message order mismatch (expected a piece of message #%u, %zu bytes, at offset "
+          "%zu; got one of message #%u, %zu bytes): the two ranks issued different operations",
+          op.seq, op.bytes, op.off, seq, n);
+    }
+    size_t expect = std::min(fifo.capacity(), op.bytes - op.off);
     if (n != expect) {
       return internalError(
           "shm: message size mismatch (receive of %zu bytes got a %zu-byte piece at offset %zu, "

@@ -150,6 +150,8 @@ Status findFifo(Mapping& seg, int writer, int channel, FifoView* out) {
       hdr->rank, writer, channel);
 }
 
+void unlinkSegmentQuietly(const std::string& name) { shm_unlink(name.c_str()); }
+
 void unlinkSegment(const std::string& name) {
   if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
     TIDE_WARN("shm: cannot unlink %s: %s", name.c_str(), strerror(errno));

@@ -21,7 +21,7 @@
 namespace tide::shm {
 
 constexpr uint64_t kSegMagic = 0x316d687365646974ULL;  // "tideshm1"
-constexpr uint32_t kSegVersion = 1;
+constexpr uint32_t kSegVersion = 2;  // 2: in-slot headers (fifo.h)
 
 struct SegHeader {
   uint64_t magic;
@@ -80,6 +80,8 @@ Status openSegment(const std::string& name, int expectRank, std::shared_ptr<Mapp
 Status findFifo(Mapping& seg, int writer, int channel, FifoView* out);
 
 // Removes the name (mappings stay valid). Errors are ignored (logged).
+// Removes a name that may or may not exist (no warning either way).
+void unlinkSegmentQuietly(const std::string& name);
 void unlinkSegment(const std::string& name);
 
 // Inode of /proc/self/ns/pid, or 0 when unavailable.

@@ -3,12 +3,14 @@
 // Setup (collective, see connect()): every rank with shm peers creates one
 // POSIX segment holding its Doorbell and its receive FIFOs, publishes the name
 // with allGather, maps the segments of its peers, and after everyone has
-// mapped (a second allGather, which doubles as the barrier) unlinks its own,
-// so nothing stays in /dev/shm. Data: the sender copies pieces into the FIFO
+// mapped (a second allGather, which doubles as the barrier) removes every
+// name, so nothing stays in /dev/shm, whoever dies when. Data: the sender copies pieces into the FIFO
 // in the receiver's segment and rings the receiver's doorbell; the receiver
 // copies (or reduces) out of the slots and rings the sender's doorbell to
 // report free space.
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -35,8 +38,28 @@ constexpr int kPriority = 10;
 // an executor that sleeps on its doorbell between calls makes few of them;
 // the coarse clock costs a few nanoseconds.
 constexpr uint32_t kIdleCallsPerClockRead = 16;
-// Time without movement (while busy) before the peer process is checked.
-constexpr int64_t kLivenessCheckNs = 1000 * 1000 * 1000;
+
+// A descriptor that becomes readable when process `pid` exits (pidfd), or -1
+// when the kernel has none (then kill(pid, 0) is the fallback).
+int openPidFd(int pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : static_cast<int>(fd);
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+// True when the process behind `pidfd` / `pid` has exited (a zombie counts as
+// exited: pidfd reports it; kill(pid, 0) cannot).
+bool peerExited(int pidfd, int pid) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
 
 int64_t coarseNs() {
   timespec ts;
@@ -56,27 +79,47 @@ constexpr uint32_t kFailed = 2;
 
 class ShmConnection final : public Connection {
  public:
-  // `livePid`: process to probe when the peer stalls (0: never probe).
-  ShmConnection(int peerRank, int livePid, std::shared_ptr<Mapping> own,
+  // `livePid`: process to probe when the peer stalls (0: never probe);
+  // `checkNs`: stall before a probe.
+  ShmConnection(int peerRank, int livePid, int64_t checkNs, std::shared_ptr<Mapping> own,
                 std::shared_ptr<Mapping> peer, FifoView send, FifoView recv)
       : peerRank_(peerRank),
         livePid_(livePid),
+        pidFd_(livePid > 0 ? openPidFd(livePid) : -1),
+        checkNs_(checkNs),
         own_(std::move(own)),
         peer_(std::move(peer)),
         peerBell_(&peer_->header()->doorbell),
         sendFifo_(send),
         recvFifo_(recv) {}
+  ~ShmConnection() override {
+    if (pidFd_ >= 0) close(pidFd_);
+  }
+  ShmConnection(const ShmConnection&) = delete;
+  ShmConnection& operator=(const ShmConnection&) = delete;
 
   Status postSend(const void* buf, size_t bytes, uint64_t* ticket) override {
     if (bytes > 0 && buf == nullptr) {
       return invalidArgument("shm: send of %zu bytes from null", bytes);
     }
     *ticket = ++sendsPosted_;
+    // Every post, empty ones included, takes a message number.
+    const uint32_t seq = static_cast<uint32_t>(sendsPosted_);
     if (bytes == 0 && sends_.empty()) {
       ++sendsDone_;
-    } else {
-      sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, 0});
+      return Status::Ok();
     }
+    SendOp op{static_cast<const char*>(buf), bytes, 0, seq};
+    // Fast path: nothing queued ahead and room in the FIFO; the message goes
+    // out now (the caller may never call progress() for a completed send).
+    if (sends_.empty() && bytes <= sendFifo_.capacity() && error_.ok()) {
+      if (pushMessage(sendFifo_, op) > 0) {
+        ++sendsDone_;
+        peerBell_->ring();
+        return Status::Ok();
+      }
+    }
+    sends_.push_back(op);
     return Status::Ok();
   }
 
@@ -92,6 +135,7 @@ class ShmConnection final : public Connection {
       }
     }
     *ticket = ++recvsPosted_;
+    const uint32_t seq = static_cast<uint32_t>(recvsPosted_);
     if (bytes == 0 && recvs_.empty()) {
       ++recvsDone_;
       return Status::Ok();
@@ -99,6 +143,7 @@ class ShmConnection final : public Connection {
     RecvOp op;
     op.buf = static_cast<char*>(buf);
     op.bytes = bytes;
+    op.seq = seq;
     if (rr != nullptr) {
       op.reduce = true;
       op.rr = *rr;
@@ -162,10 +207,11 @@ class ShmConnection final : public Connection {
       idleSinceNs_ = now;
       return Status::Ok();
     }
-    if (now - idleSinceNs_ < kLivenessCheckNs) return Status::Ok();
+    if (now - idleSinceNs_ < checkNs_) return Status::Ok();
     idleSinceNs_ = now;
-    if (kill(livePid_, 0) != 0 && errno == ESRCH) {
-      error_ = remoteError("shm: peer rank %d (pid %d) is gone", peerRank_, livePid_);
+    if (peerExited(pidFd_, livePid_)) {
+      error_ = remoteError("shm: peer rank %d (pid %d) exited while this rank was %s it", peerRank_,
+                           livePid_, !recvs_.empty() ? "receiving from" : "sending to");
       return error_;
     }
     return Status::Ok();
@@ -173,6 +219,8 @@ class ShmConnection final : public Connection {
 
   const int peerRank_;
   const int livePid_;
+  const int pidFd_;
+  const int64_t checkNs_;
   std::shared_ptr<Mapping> own_;   // holds my receive FIFOs
   std::shared_ptr<Mapping> peer_;  // holds my send FIFO and the peer's doorbell
   Doorbell* peerBell_;
@@ -255,10 +303,20 @@ class ShmTransport final : public Transport {
       }
     }
 
+    // When setup fails because a peer vanished, that peer may have died
+    // between creating its segment and unlinking it: every survivor removes
+    // the (deterministic, communicator-unique) names of all its peers, so
+    // nothing is left in /dev/shm.
+    auto unlinkAll = [&] {
+      if (own) unlinkSegment(ownName);
+      for (int p : peers) {
+        if (p != me) unlinkSegmentQuietly(segmentName(ctx.resourcePrefix(), p));
+      }
+    };
     std::vector<SegRecord> all(static_cast<size_t>(nranks));
     Status st = ctx.allGather(&mine, sizeof(mine), all.data());
     if (!st.ok()) {
-      if (own) unlinkSegment(ownName);
+      unlinkAll();
       TIDE_TRY(st);
     }
 
@@ -288,7 +346,10 @@ class ShmTransport final : public Transport {
     uint8_t okByte = local.ok() ? 1 : 0;
     std::vector<uint8_t> oks(static_cast<size_t>(nranks));
     st = ctx.allGather(&okByte, 1, oks.data());
-    if (own) unlinkSegment(ownName);
+    // Once it returns every rank has mapped what it needs (each contributed
+    // after mapping), so any rank may remove every name: a peer killed right
+    // after this point leaves nothing behind either.
+    unlinkAll();
     TIDE_TRY(st);
     TIDE_TRY(local);
     for (int r = 0; r < nranks; ++r) {
@@ -299,6 +360,8 @@ class ShmTransport final : public Transport {
     if (npeers == 0) return Status::Ok();
 
     ctx.installDoorbell(&own->header()->doorbell);
+    int64_t checkMs = knobInt(Knob::ShmLivenessMs);
+    const int64_t checkNs = (checkMs < 1 ? 1 : checkMs) * 1000 * 1000;
     const uint64_t myNs = pidNamespaceInode();
     const int myPid = static_cast<int>(getpid());
     out->clear();
@@ -309,7 +372,7 @@ class ShmTransport final : public Transport {
       int livePid = (myNs != 0 && ph->pidNsInode == myNs && ph->pid != myPid) ? ph->pid : 0;
       for (int c = 0; c < kNumChannels; ++c) {
         size_t idx = i * kNumChannels + c;
-        out->push_back(std::make_unique<ShmConnection>(peers[i], livePid, own, peerMaps[i],
+        out->push_back(std::make_unique<ShmConnection>(peers[i], livePid, checkNs, own, peerMaps[i],
                                                        sendFifos[idx], recvFifos[idx]));
       }
     }

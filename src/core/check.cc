@@ -1,0 +1,230 @@
+// TIDE_CHECK fingerprint exchange and comparison (see check.h).
+#include "core/check.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/job.h"
+#include "core/log.h"
+#include "core/types.h"
+
+namespace tide {
+
+namespace {
+
+constexpr uint32_t kCheckMagic = 0x7469636bu;  // "tick"
+
+struct CheckState {
+  bool enabled = false;
+  uint64_t seq = 0;  // collective jobs checked so far on this communicator
+};
+
+std::mutex gMu;
+std::unordered_map<const tideComm*, CheckState> gStates;
+
+// Fixed-size header exchanged first; the op lists follow once every rank
+// agrees on their length.
+struct Header {
+  uint32_t magic = kCheckMagic;
+  uint32_t nOps = 0;
+  uint64_t seq = 0;
+};
+
+bool rooted(int32_t coll) {
+  return coll == static_cast<int32_t>(CollType::Broadcast) ||
+         coll == static_cast<int32_t>(CollType::Reduce);
+}
+
+bool reducing(int32_t coll) {
+  return coll == static_cast<int32_t>(CollType::AllReduce) ||
+         coll == static_cast<int32_t>(CollType::Reduce) ||
+         coll == static_cast<int32_t>(CollType::ReduceScatter);
+}
+
+OpPrint printOf(const OpDesc& d) {
+  OpPrint p;
+  const CollArgs& a = d.args;
+  p.coll = static_cast<int32_t>(a.type);
+  p.dtype = static_cast<int32_t>(a.dtype);
+  p.count = a.count;
+  if (reducing(p.coll)) {
+    bool avg = d.preScale != 0 || d.postDiv != 0;
+    p.op = avg ? static_cast<int32_t>(tideAvg) : static_cast<int32_t>(a.op);
+  }
+  if (rooted(p.coll)) p.root = a.root;
+  return p;
+}
+
+// "rank 0,1: 1024; rank 2: 2048" for the values vals[r] (already formatted).
+std::string groupByValue(const std::vector<std::string>& vals) {
+  std::map<std::string, std::string> ranks;  // value -> "0,1"
+  std::vector<std::string> order;
+  for (size_t r = 0; r < vals.size(); ++r) {
+    auto it = ranks.find(vals[r]);
+    if (it == ranks.end()) {
+      ranks[vals[r]] = std::to_string(r);
+      order.push_back(vals[r]);
+    } else {
+      it->second += "," + std::to_string(r);
+    }
+  }
+  std::string out;
+  for (const std::string& v : order) {
+    if (!out.empty()) out += "; ";
+    const std::string& rs = ranks[v];
+    out += (rs.find(',') == std::string::npos ? "rank " : "ranks ") + rs + ": " + v;
+  }
+  return out;
+}
+
+std::string valueText(const char* field, const OpPrint& p) {
+  if (strcmp(field, "collective") == 0) return collName(static_cast<CollType>(p.coll));
+  if (strcmp(field, "datatype") == 0) return dtypeName(static_cast<tideDataType_t>(p.dtype));
+  if (strcmp(field, "count") == 0) return std::to_string(p.count);
+  if (strcmp(field, "op") == 0)
+    return p.op < 0 ? std::string("none") : opName(static_cast<tideRedOp_t>(p.op));
+  return p.root < 0 ? std::string("none") : std::to_string(p.root);
+}
+
+int32_t fieldValue(const char* field, const OpPrint& p, uint64_t* wide) {
+  *wide = 0;
+  if (strcmp(field, "collective") == 0) return p.coll;
+  if (strcmp(field, "datatype") == 0) return p.dtype;
+  if (strcmp(field, "count") == 0) {
+    *wide = p.count;
+    return 0;
+  }
+  if (strcmp(field, "op") == 0) return p.op;
+  return p.root;
+}
+
+}  // namespace
+
+Status compareOpPrints(const std::vector<std::vector<OpPrint>>& prints,
+                       const std::vector<uint64_t>& seqs) {
+  const size_t n = prints.size();
+  if (n == 0) return Status::Ok();
+  auto differs = [&](auto get) {
+    for (size_t r = 1; r < n; ++r) {
+      if (get(r) != get(0)) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> vals(n);
+  if (differs([&](size_t r) { return prints[r].size(); })) {
+    for (size_t r = 0; r < n; ++r) vals[r] = std::to_string(prints[r].size());
+    return invalidUsage(
+        "TIDE_CHECK: ranks launch different numbers of collectives together "
+        "(field: collectives in the group): %s",
+        groupByValue(vals).c_str());
+  }
+  if (differs([&](size_t r) { return seqs[r]; })) {
+    for (size_t r = 0; r < n; ++r) vals[r] = std::to_string(seqs[r]);
+    return invalidUsage(
+        "TIDE_CHECK: ranks are at different collective calls (field: sequence): "
+        "%s",
+        groupByValue(vals).c_str());
+  }
+  static const char* const kFields[] = {"collective", "datatype", "count", "op", "root"};
+  for (size_t i = 0; i < prints[0].size(); ++i) {
+    for (const char* field : kFields) {
+      bool diff = false;
+      uint64_t w0;
+      int32_t v0 = fieldValue(field, prints[0][i], &w0);
+      for (size_t r = 1; r < n && !diff; ++r) {
+        uint64_t w;
+        int32_t v = fieldValue(field, prints[r][i], &w);
+        diff = v != v0 || w != w0;
+      }
+      if (!diff) continue;
+      for (size_t r = 0; r < n; ++r) vals[r] = valueText(field, prints[r][i]);
+      std::string calls;
+      for (size_t r = 0; r < n; ++r) {
+        std::string c = collName(static_cast<CollType>(prints[r][i].coll));
+        if (calls.find(c) == std::string::npos) calls += (calls.empty() ? "" : "/") + c;
+      }
+      return invalidUsage("TIDE_CHECK: mismatched %s call #%llu%s (field: %s): %s", calls.c_str(),
+                          static_cast<unsigned long long>(seqs[0]),
+                          prints[0].size() > 1
+                              ? (" (operation " + std::to_string(i) + " of the group)").c_str()
+                              : "",
+                          field, groupByValue(vals).c_str());
+    }
+  }
+  return Status::Ok();
+}
+
+void checkForget(const tideComm* comm) {
+  std::lock_guard<std::mutex> lock(gMu);
+  gStates.erase(comm);
+}
+
+namespace {
+
+Status checkComm(tideComm* comm, const std::vector<OpPrint>& mine, uint64_t seq) {
+  const int n = comm->nranks;
+  if (n <= 1) return Status::Ok();
+  if (!comm->bootstrap) return internalError("TIDE_CHECK: communicator has no bootstrap");
+  std::vector<Header> heads(n);
+  heads[comm->rank].nOps = static_cast<uint32_t>(mine.size());
+  heads[comm->rank].seq = seq;
+  TIDE_TRY(comm->bootstrap->allGather(heads.data(), sizeof(Header)));
+  std::vector<std::vector<OpPrint>> prints(n);
+  std::vector<uint64_t> seqs(n);
+  bool sameLength = true;
+  for (int r = 0; r < n; ++r) {
+    if (heads[r].magic != kCheckMagic)
+      return remoteError("TIDE_CHECK: rank %d sent a malformed fingerprint", r);
+    sameLength &= heads[r].nOps == heads[0].nOps;
+    seqs[r] = heads[r].seq;
+    prints[r].resize(heads[r].nOps);  // only sizes matter until lengths agree
+  }
+  if (sameLength) {
+    const size_t k = mine.size();
+    std::vector<OpPrint> all(k * n);
+    memcpy(all.data() + k * comm->rank, mine.data(), k * sizeof(OpPrint));
+    TIDE_TRY(comm->bootstrap->allGather(all.data(), k * sizeof(OpPrint)));
+    for (int r = 0; r < n; ++r) prints[r].assign(all.begin() + k * r, all.begin() + k * (r + 1));
+  }
+  return compareOpPrints(prints, seqs);
+}
+
+}  // namespace
+
+Status checkJob(Job& job) {
+  for (auto& [comm, ticket] : job.tickets) {
+    std::vector<OpPrint> mine;
+    for (const OpDesc& op : job.ops) {
+      if (op.comm == comm && op.algo != nullptr) mine.push_back(printOf(op));
+    }
+    if (mine.empty()) continue;  // send/recv only
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(gMu);
+      auto it = gStates.find(comm);
+      if (it == gStates.end()) {
+        it = gStates.emplace(comm, CheckState{}).first;
+        it->second.enabled = knobBool(Knob::Check);
+      }
+      if (!it->second.enabled) continue;
+      seq = it->second.seq++;
+    }
+    Status s = checkComm(comm, mine, seq);
+    if (s.ok()) continue;
+    if (s.code() != tideInvalidUsage) {
+      // The ring is now in an unknown state: like a data-path failure.
+      s = makeStatus(s.code(), "TIDE_CHECK exchange failed on comm %08x rank %d/%d: %s",
+                     static_cast<unsigned>(comm->commHash), comm->rank, comm->nranks,
+                     s.message().c_str());
+      comm->setAsyncError(s);
+    }
+    return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tide

@@ -1,0 +1,232 @@
+// Lazy CUDA driver loader: see cuda_loader.h for the contract.
+#include "cuda/cuda_loader.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace tide::cuda {
+namespace {
+
+constexpr int kErrorInsufficientDriver = 35;  // CUDA_ERROR_INSUFFICIENT_DRIVER
+constexpr int kErrorStubLibrary = 34;         // CUDA_ERROR_STUB_LIBRARY
+constexpr int kErrorNoDevice = 100;           // CUDA_ERROR_NO_DEVICE
+
+struct Loaded {
+  GpuProbe probe;
+  DriverApi api{};
+  bool apiOk = false;
+};
+
+bool envTrue(const char* name) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  return strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 &&
+         strcasecmp(v, "off") != 0;
+}
+
+// Resolves one symbol; the versioned name first (e.g. cuMemAlloc_v2).
+template <class Fn>
+bool resolve(void* lib, Fn* out, const char* name, const char* v2 = nullptr) {
+  void* sym = v2 != nullptr ? dlsym(lib, v2) : nullptr;
+  if (sym == nullptr) sym = dlsym(lib, name);
+  *out = reinterpret_cast<Fn>(sym);
+  return sym != nullptr;
+}
+
+bool resolveAll(void* lib, DriverApi* a, std::string* missing) {
+  bool ok = true;
+  auto need = [&](bool found, const char* name) {
+    if (!found) {
+      ok = false;
+      if (!missing->empty()) *missing += ", ";
+      *missing += name;
+    }
+  };
+  need(resolve(lib, &a->cuInit, "cuInit"), "cuInit");
+  need(resolve(lib, &a->cuDriverGetVersion, "cuDriverGetVersion"), "cuDriverGetVersion");
+  need(resolve(lib, &a->cuDeviceGetCount, "cuDeviceGetCount"), "cuDeviceGetCount");
+  need(resolve(lib, &a->cuDeviceGet, "cuDeviceGet"), "cuDeviceGet");
+  need(resolve(lib, &a->cuDeviceGetAttribute, "cuDeviceGetAttribute"), "cuDeviceGetAttribute");
+  need(resolve(lib, &a->cuGetErrorString, "cuGetErrorString"), "cuGetErrorString");
+  need(resolve(lib, &a->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+       "cuDevicePrimaryCtxRetain");
+  need(resolve(lib, &a->cuCtxGetCurrent, "cuCtxGetCurrent"), "cuCtxGetCurrent");
+  need(resolve(lib, &a->cuCtxSetCurrent, "cuCtxSetCurrent"), "cuCtxSetCurrent");
+  need(resolve(lib, &a->cuCtxGetDevice, "cuCtxGetDevice"), "cuCtxGetDevice");
+  need(resolve(lib, &a->cuPointerGetAttribute, "cuPointerGetAttribute"), "cuPointerGetAttribute");
+  need(resolve(lib, &a->cuMemAlloc, "cuMemAlloc", "cuMemAlloc_v2"), "cuMemAlloc");
+  need(resolve(lib, &a->cuMemFree, "cuMemFree", "cuMemFree_v2"), "cuMemFree");
+  need(resolve(lib, &a->cuMemcpyAsync, "cuMemcpyAsync"), "cuMemcpyAsync");
+  need(resolve(lib, &a->cuMemsetD8Async, "cuMemsetD8Async"), "cuMemsetD8Async");
+  need(resolve(lib, &a->cuModuleLoadData, "cuModuleLoadData"), "cuModuleLoadData");
+  need(resolve(lib, &a->cuModuleGetFunction, "cuModuleGetFunction"), "cuModuleGetFunction");
+  need(resolve(lib, &a->cuLaunchKernel, "cuLaunchKernel"), "cuLaunchKernel");
+  need(resolve(lib, &a->cuStreamQuery, "cuStreamQuery"), "cuStreamQuery");
+  return ok;
+}
+
+void doProbe(Loaded* l) {
+  GpuProbe& p = l->probe;
+  if (envTrue("TIDE_CUDA_DISABLE")) {
+    p.state = GpuState::kDisabled;
+    p.detail = "CUDA disabled by TIDE_CUDA_DISABLE";
+    return;
+  }
+  // Never the unversioned libcuda.so: on machines without a driver that name
+  // usually is the toolkit's stub.
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    p.state = GpuState::kNoDriver;
+    const char* err = dlerror();
+    p.detail = err != nullptr ? err : "libcuda.so.1 not found";
+    return;
+  }
+  std::string missing;
+  if (!resolveAll(lib, &l->api, &missing)) {
+    p.state = GpuState::kError;
+    p.detail = "CUDA driver lacks " + missing;
+    return;
+  }
+  int rc = l->api.cuInit(0);
+  l->api.cuDriverGetVersion(&p.driverVersion);
+  if (rc == kErrorStubLibrary) {
+    p.state = GpuState::kNoDriver;
+    p.detail = "libcuda.so.1 is the toolkit's stub library, not a driver";
+    return;
+  }
+  if (rc == kErrorInsufficientDriver) {
+    p.state = GpuState::kInsufficientDriver;
+    p.detail = "CUDA driver too old (" + driverErrorString(rc) + ")";
+    return;
+  }
+  if (rc == kErrorNoDevice) {
+    p.state = GpuState::kNoDevice;
+    p.detail = "no CUDA device (" + driverErrorString(rc) + ")";
+    return;
+  }
+  if (rc != kCudaSuccess) {
+    p.state = GpuState::kError;
+    p.detail = "cuInit failed: " + driverErrorString(rc);
+    return;
+  }
+  rc = l->api.cuDeviceGetCount(&p.deviceCount);
+  if (rc != kCudaSuccess || p.deviceCount <= 0) {
+    p.state = GpuState::kNoDevice;
+    p.deviceCount = 0;
+    p.detail = "no CUDA device visible";
+    return;
+  }
+  p.state = GpuState::kUsable;
+  l->apiOk = true;
+  char buf[96];
+  snprintf(buf, sizeof(buf), "%d CUDA device(s), driver %d.%d", p.deviceCount,
+           p.driverVersion / 1000, (p.driverVersion % 1000) / 10);
+  p.detail = buf;
+}
+
+Loaded& loaded() {
+  static Loaded l;
+  static std::once_flag once;
+  std::call_once(once, [] { doProbe(&l); });
+  return l;
+}
+
+}  // namespace
+
+const GpuProbe& probeGpu() { return loaded().probe; }
+
+const char* gpuStateName(GpuState s) {
+  switch (s) {
+    case GpuState::kUsable:
+      return "usable";
+    case GpuState::kDisabled:
+      return "disabled";
+    case GpuState::kNoDriver:
+      return "no driver";
+    case GpuState::kInsufficientDriver:
+      return "insufficient driver";
+    case GpuState::kNoDevice:
+      return "no device";
+    case GpuState::kError:
+      return "error";
+  }
+  return "?";
+}
+
+const DriverApi* driver() {
+  Loaded& l = loaded();
+  return l.apiOk ? &l.api : nullptr;
+}
+
+std::string driverErrorString(int result) {
+  const DriverApi* api = driver();
+  const char* text = nullptr;
+  if (api != nullptr && api->cuGetErrorString(result, &text) != kCudaSuccess) text = nullptr;
+  char buf[160];
+  snprintf(buf, sizeof(buf), "CUDA error %d%s%s", result, text != nullptr ? ": " : "",
+           text != nullptr ? text : "");
+  return buf;
+}
+
+bool isDevicePointer(const void* ptr) {
+  const DriverApi* api = driver();
+  if (api == nullptr || ptr == nullptr) return false;
+  unsigned int type = 0;
+  const int rc =
+      api->cuPointerGetAttribute(&type, kPointerAttrMemoryType, reinterpret_cast<CuDevPtr>(ptr));
+  return rc == kCudaSuccess && static_cast<int>(type) == kMemoryTypeDevice;
+}
+
+int ensureContext(std::string* why) {
+  const DriverApi* api = driver();
+  if (api == nullptr) {
+    if (why != nullptr) *why = probeGpu().detail;
+    return -1;
+  }
+  CuCtx ctx = nullptr;
+  int dev = 0;
+  if (api->cuCtxGetCurrent(&ctx) == kCudaSuccess && ctx != nullptr &&
+      api->cuCtxGetDevice(&dev) == kCudaSuccess) {
+    return dev;
+  }
+  int handle = 0;
+  int rc = api->cuDeviceGet(&handle, 0);
+  if (rc == kCudaSuccess) rc = api->cuDevicePrimaryCtxRetain(&ctx, handle);
+  if (rc == kCudaSuccess) rc = api->cuCtxSetCurrent(ctx);
+  if (rc != kCudaSuccess) {
+    if (why != nullptr) *why = "cannot make a CUDA context current: " + driverErrorString(rc);
+    return -1;
+  }
+  return 0;
+}
+
+int waitStream(CuStream stream, double timeoutSeconds) {
+  const DriverApi* api = driver();
+  if (api == nullptr) return kErrorNoDevice;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  long sleepNs = 1000;
+  for (int iter = 0;; ++iter) {
+    const int rc = api->cuStreamQuery(stream);
+    if (rc != kCudaErrorNotReady) return rc;
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (timeoutSeconds > 0 && waited > timeoutSeconds) return kCudaErrorNotReady;
+    if (iter < 64) continue;  // short kernels: spin
+    if (waited < 1e-3) {
+      sched_yield();
+      continue;
+    }
+    timespec ts{0, sleepNs};
+    nanosleep(&ts, nullptr);
+    if (sleepNs < 1000000) sleepNs *= 2;
+  }
+}
+
+}  // namespace tide::cuda

@@ -1,0 +1,101 @@
+// Lazy loader for the CUDA driver API (libcuda.so.1).
+//
+// Nothing here links against CUDA: the driver is opened with dlopen on the
+// first call that needs it, so the same binary runs on machines without a
+// GPU, without a driver, or with only the toolkit's stub library. "No driver"
+// (library missing, or the stub), "insufficient driver" (CUDA error 35) and
+// "no device" (error 100, or zero devices) all mean: no GPU. TIDE_CUDA_DISABLE
+// forces that answer without touching the driver.
+//
+// This file depends on nothing but libc and libdl, so that both libtide.so
+// and the NCCL shim (shim/) can compile it. Thread-safe; never aborts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tide::cuda {
+
+enum class GpuState {
+  kUsable,              // driver loaded, cuInit succeeded, >= 1 device
+  kDisabled,            // TIDE_CUDA_DISABLE=1
+  kNoDriver,            // no libcuda.so.1, or the toolkit's stub library
+  kInsufficientDriver,  // driver older than the runtime/toolkit (error 35)
+  kNoDevice,            // driver present, no device visible (error 100)
+  kError,               // any other driver failure
+};
+
+struct GpuProbe {
+  GpuState state = GpuState::kNoDriver;
+  int deviceCount = 0;
+  int driverVersion = 0;  // cuDriverGetVersion, 0 when unknown
+  std::string detail;     // one line: why (not) usable
+};
+
+// Probes once (dlopen + cuInit + device count); later calls return the same
+// answer. The first call may block for as long as cuInit takes.
+const GpuProbe& probeGpu();
+inline bool gpuUsable() { return probeGpu().state == GpuState::kUsable; }
+const char* gpuStateName(GpuState s);
+
+// Opaque driver handles (CUcontext, CUmodule, CUfunction, CUstream).
+using CuCtx = void*;
+using CuModule = void*;
+using CuFunction = void*;
+using CuStream = void*;
+using CuDevPtr = unsigned long long;
+
+// The subset of the driver API Tide uses; CUresult is an int (0 = success).
+struct DriverApi {
+  int (*cuInit)(unsigned int flags);
+  int (*cuDriverGetVersion)(int* version);
+  int (*cuDeviceGetCount)(int* count);
+  int (*cuDeviceGet)(int* device, int ordinal);
+  int (*cuDeviceGetAttribute)(int* value, int attrib, int device);
+  int (*cuGetErrorString)(int result, const char** str);
+  int (*cuDevicePrimaryCtxRetain)(CuCtx* ctx, int device);
+  int (*cuCtxGetCurrent)(CuCtx* ctx);
+  int (*cuCtxSetCurrent)(CuCtx ctx);
+  int (*cuCtxGetDevice)(int* device);
+  int (*cuPointerGetAttribute)(void* data, int attribute, CuDevPtr ptr);
+  int (*cuMemAlloc)(CuDevPtr* ptr, size_t bytes);  // cuMemAlloc_v2
+  int (*cuMemFree)(CuDevPtr ptr);                  // cuMemFree_v2
+  int (*cuMemcpyAsync)(CuDevPtr dst, CuDevPtr src, size_t bytes, CuStream stream);
+  int (*cuMemsetD8Async)(CuDevPtr dst, unsigned char value, size_t n, CuStream stream);
+  int (*cuModuleLoadData)(CuModule* module, const void* image);
+  int (*cuModuleGetFunction)(CuFunction* fn, CuModule module, const char* name);
+  int (*cuLaunchKernel)(CuFunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned sharedBytes, CuStream stream,
+                        void** params, void** extra);
+  int (*cuStreamQuery)(CuStream stream);
+};
+
+// Null unless probeGpu() says kUsable.
+const DriverApi* driver();
+
+// "CUDA_ERROR_xxx: text" for a driver result (works without a driver too).
+std::string driverErrorString(int result);
+
+// Driver constants used by Tide (values from the CUDA driver API).
+inline constexpr int kCudaSuccess = 0;
+inline constexpr int kCudaErrorNotReady = 600;
+inline constexpr int kPointerAttrMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+inline constexpr int kMemoryTypeDevice = 2;       // CU_MEMORYTYPE_DEVICE
+inline constexpr int kAttrMultiprocessorCount = 16;
+
+// True when `ptr` is device memory (cudaMalloc / cuMemAlloc / VMM) of any
+// context. False for host memory, unknown pointers and when no GPU is usable.
+bool isDevicePointer(const void* ptr);
+
+// Makes the primary context of the calling thread's current device (device 0
+// when the thread has none) current. Returns the device ordinal, or -1 and
+// fills *why on failure.
+int ensureContext(std::string* why);
+
+// Waits until `stream` has finished its work: spins briefly, yields, then
+// sleeps in growing slices up to 1 ms. Returns the driver error, or
+// kCudaErrorNotReady when `timeoutSeconds` (> 0) passed first.
+int waitStream(CuStream stream, double timeoutSeconds);
+
+}  // namespace tide::cuda

@@ -1,0 +1,336 @@
+// Fault handling with ranks as threads of this process (public API only):
+// tideCommAbort from another thread, non-blocking init and shrink, and the
+// resource hygiene of 100 init -> fault -> abort loops. The transport is
+// whatever TIDE_SHM_DISABLE selects (meson runs this file once per transport).
+#include <dirent.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tide/tide.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// Initialises n communicators of one job, one per thread (blocking init).
+bool InitAll(int n, std::vector<tideComm_t>* comms) {
+  tideUniqueId id;
+  if (tideGetUniqueId(&id) != tideSuccess) return false;
+  comms->assign(n, nullptr);
+  std::vector<tideResult_t> rc(n, tideInternalError);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] { rc[r] = tideCommInitRank(&(*comms)[r], n, id, r); });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (rc[r] != tideSuccess) {
+      ADD_FAILURE() << "init rank " << r << ": " << tideGetErrorString(rc[r]);
+      for (tideComm_t c : *comms) tideCommAbort(c);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Element i of rank r's input; sums are exact in float.
+float In(int r, size_t i) { return static_cast<float>(r * 5 + 1 + static_cast<int>(i % 13)); }
+
+// Runs one All-Reduce per communicator concurrently; checks the sums.
+bool AllReduceOk(const std::vector<tideComm_t>& comms, size_t count) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<int> ok(n, 0);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      int me = -1;
+      tideCommUserRank(comms[r], &me);
+      std::vector<float> in(count), out(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = In(me, i);
+      if (tideAllReduce(in.data(), out.data(), count, tideFloat, tideSum, comms[r], nullptr) !=
+          tideSuccess)
+        return;
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int k = 0; k < n; ++k) want += In(k, i);
+        if (out[i] != want) return;
+      }
+      ok[r] = 1;
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int v : ok) {
+    if (!v) return false;
+  }
+  return true;
+}
+
+// ---- Abort -----------------------------------------------------------------------------
+
+// Rank 0 blocks in an All-Reduce that rank 1 never joins; another thread
+// aborts rank 0's communicator; the call must return within 1 s.
+TEST(Threads, AbortUnblocksBlockedAllReduce) {
+  std::vector<tideComm_t> c;
+  ASSERT_TRUE(InitAll(2, &c));
+  std::atomic<bool> returned{false};
+  tideResult_t rc = tideSuccess;
+  Clock::time_point returnedAt;
+  std::thread blocked([&] {
+    std::vector<float> buf(1 << 16, 1.0f);
+    rc = tideAllReduce(buf.data(), buf.data(), buf.size(), tideFloat, tideSum, c[0], nullptr);
+    returnedAt = Clock::now();
+    returned = true;
+  });
+  SleepMs(500);
+  ASSERT_FALSE(returned.load()) << "the All-Reduce returned without its peer";
+  Clock::time_point abortAt = Clock::now();
+  EXPECT_EQ(tideCommAbort(c[0]), tideSuccess);
+  double abortCall = SecondsSince(abortAt);
+  blocked.join();
+  double latency = std::chrono::duration<double>(returnedAt - abortAt).count();
+  printf("blocked All-Reduce returned %.1f ms after tideCommAbort (%s); abort took %.1f ms\n",
+         latency * 1e3, tideGetErrorString(rc), abortCall * 1e3);
+  EXPECT_NE(rc, tideSuccess);
+  EXPECT_LT(latency, 1.0);
+  EXPECT_LT(abortCall, 1.5);
+  EXPECT_EQ(tideCommAbort(c[1]), tideSuccess);
+}
+
+// ---- Non-blocking init and shrink ---------------------------------------------------------
+
+// Polls until the communicator leaves tideInProgress (bounded).
+tideResult_t PollInit(tideComm_t comm, double maxSeconds, int* polls) {
+  Clock::time_point t0 = Clock::now();
+  tideResult_t st = tideInProgress;
+  *polls = 0;
+  while (SecondsSince(t0) < maxSeconds) {
+    if (tideCommGetAsyncError(comm, &st) != tideSuccess) return tideInternalError;
+    ++*polls;
+    if (st != tideInProgress) return st;
+    SleepMs(1);
+  }
+  return tideInProgress;
+}
+
+TEST(Threads, NonBlockingInitAndShrink) {
+  const int n = 3;
+  tideUniqueId id;
+  ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
+  std::vector<tideComm_t> c(n, nullptr);
+  std::vector<tideResult_t> first(n), done(n);
+  std::vector<int> polls(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      first[r] = tideCommInitRankConfig(&c[r], n, id, r, &cfg);
+      done[r] = c[r] == nullptr ? tideInternalError : PollInit(c[r], 20, &polls[r]);
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(first[r], tideInProgress) << "rank " << r;
+    EXPECT_EQ(done[r], tideSuccess) << "rank " << r << ": " << tideGetLastError(c[r]);
+    printf("rank %d: non-blocking init done after %d polls\n", r, polls[r]);
+  }
+  ASSERT_TRUE(AllReduceOk(c, 10000));
+
+  // Shrink away rank 1, non-blocking too; rank 1 gets NULL.
+  std::vector<tideComm_t> nc(n, nullptr);
+  ts.clear();
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      int excl[1] = {1};
+      first[r] = tideCommShrink(c[r], excl, 1, &nc[r], &cfg, TIDE_SHRINK_DEFAULT);
+      done[r] = nc[r] == nullptr ? tideSuccess : PollInit(nc[r], 20, &polls[r]);
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(first[1], tideSuccess);
+  EXPECT_EQ(nc[1], nullptr);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(first[r], tideInProgress) << "rank " << r;
+    EXPECT_EQ(done[r], tideSuccess) << "rank " << r;
+  }
+  int count = 0, rank2 = -1;
+  ASSERT_NE(nc[2], nullptr);
+  EXPECT_EQ(tideCommCount(nc[2], &count), tideSuccess);
+  EXPECT_EQ(tideCommUserRank(nc[2], &rank2), tideSuccess);
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(rank2, 1);
+  EXPECT_TRUE(AllReduceOk({nc[0], nc[2]}, 300000));
+  // The old communicator still works for everyone.
+  EXPECT_TRUE(AllReduceOk(c, 1000));
+  for (tideComm_t x : {nc[0], nc[2]}) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+  for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+}
+
+TEST(Threads, ShrinkArguments) {
+  std::vector<tideComm_t> c;
+  ASSERT_TRUE(InitAll(2, &c));
+  tideComm_t nc = nullptr;
+  int bad[2] = {0, 0};
+  int out[1] = {5};
+  EXPECT_EQ(tideCommShrink(c[0], bad, 2, &nc, nullptr, 0), tideInvalidArgument);
+  EXPECT_EQ(tideCommShrink(c[0], out, 1, &nc, nullptr, 0), tideInvalidArgument);
+  EXPECT_EQ(tideCommShrink(c[0], nullptr, 1, &nc, nullptr, 0), tideInvalidArgument);
+  EXPECT_EQ(tideCommShrink(c[0], nullptr, 0, nullptr, nullptr, 0), tideInvalidArgument);
+  EXPECT_EQ(tideCommShrink(c[0], nullptr, 0, &nc, nullptr, 0x80), tideInvalidArgument);
+  EXPECT_EQ(tideCommShrink(nullptr, nullptr, 0, &nc, nullptr, 0), tideInvalidArgument);
+  EXPECT_TRUE(AllReduceOk(c, 100));
+  for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+}
+
+// Shrinking twice in a row: 4 ranks -> drop 0 and 3 -> drop the new rank 1.
+TEST(Threads, ShrinkTwice) {
+  std::vector<tideComm_t> c;
+  ASSERT_TRUE(InitAll(4, &c));
+  std::vector<tideComm_t> a(4, nullptr);
+  std::vector<std::thread> ts;
+  std::vector<tideResult_t> rc(4);
+  for (int r = 0; r < 4; ++r) {
+    ts.emplace_back([&, r] {
+      int excl[2] = {3, 0};
+      rc[r] = tideCommShrink(c[r], excl, 2, &a[r], nullptr, TIDE_SHRINK_ABORT);
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(rc[r], tideSuccess) << r;
+  EXPECT_EQ(a[0], nullptr);
+  EXPECT_EQ(a[3], nullptr);
+  ASSERT_NE(a[1], nullptr);
+  ASSERT_NE(a[2], nullptr);
+  EXPECT_TRUE(AllReduceOk({a[1], a[2]}, 5000));
+  tideComm_t b[2] = {nullptr, nullptr};
+  ts.clear();
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      int excl[1] = {1};
+      rc[r] = tideCommShrink(a[r + 1], excl, 1, &b[r], nullptr, TIDE_SHRINK_DEFAULT);
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(rc[0], tideSuccess);
+  EXPECT_EQ(rc[1], tideSuccess);
+  ASSERT_NE(b[0], nullptr);
+  EXPECT_EQ(b[1], nullptr);
+  EXPECT_TRUE(AllReduceOk({b[0]}, 100));
+  EXPECT_EQ(tideCommDestroy(b[0]), tideSuccess);
+  for (tideComm_t x : {a[1], a[2]}) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+  for (tideComm_t x : c) EXPECT_EQ(tideCommAbort(x), tideSuccess);
+}
+
+// ---- Hygiene ------------------------------------------------------------------------------
+
+struct Resources {
+  int fds = 0, threads = 0, maps = 0, shmMaps = 0, shmFiles = 0;
+};
+
+int CountDir(const char* path, const char* prefix) {
+  int n = 0;
+  if (DIR* d = opendir(path)) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      if (prefix == nullptr || strncmp(e->d_name, prefix, strlen(prefix)) == 0) ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+// Shared-memory names start with tide-<TIDE_JOB_ID>; the hygiene test sets a
+// job id of its own so other jobs on the machine do not count.
+std::string gShmPrefix = "tide-";
+
+Resources Snapshot() {
+  Resources r;
+  r.fds = CountDir("/proc/self/fd", nullptr);
+  r.threads = CountDir("/proc/self/task", nullptr);
+  r.shmFiles = CountDir("/dev/shm", gShmPrefix.c_str());
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    ++r.maps;
+    if (line.find("/dev/shm/") != std::string::npos || line.find("tide-") != std::string::npos)
+      ++r.shmMaps;
+  }
+  return r;
+}
+
+std::string Show(const Resources& r) {
+  char buf[160];
+  snprintf(buf, sizeof(buf), "fds %d, threads %d, mappings %d (shm %d), /dev/shm entries %d", r.fds,
+           r.threads, r.maps, r.shmMaps, r.shmFiles);
+  return buf;
+}
+
+// One loop: 2 ranks; rank 0 blocks in an All-Reduce, rank 1's communicator is
+// aborted (its peer "dies"), then rank 0's is aborted from this thread.
+bool FaultLoop() {
+  std::vector<tideComm_t> c;
+  if (!InitAll(2, &c)) return false;
+  std::atomic<bool> calling{false};
+  std::thread blocked([&] {
+    std::vector<float> buf(4096, 1.0f);
+    calling = true;
+    tideAllReduce(buf.data(), buf.data(), buf.size(), tideFloat, tideSum, c[0], nullptr);
+  });
+  // Abort only once the call is under way: using a communicator after its
+  // abort began is the caller's error (the API contract), not a fault here.
+  while (!calling.load()) SleepMs(1);
+  SleepMs(5);
+  tideCommAbort(c[1]);
+  SleepMs(5);
+  tideCommAbort(c[0]);
+  blocked.join();
+  return true;
+}
+
+// Waits (up to 3 s) for detached library threads (bootstrap roots) to end.
+Resources Settled(const Resources& base) {
+  Resources now = Snapshot();
+  for (int i = 0; i < 300 && now.threads > base.threads; ++i) {
+    SleepMs(10);
+    now = Snapshot();
+  }
+  return now;
+}
+
+TEST(Threads, HundredFaultLoopsLeakNothing) {
+  std::string job = "fh" + std::to_string(getpid());
+  setenv("TIDE_JOB_ID", job.c_str(), 1);  // no library thread runs now
+  gShmPrefix = "tide-" + job;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(FaultLoop());  // warm-up: lazy globals, arenas
+  Resources base = Settled(Snapshot());
+  Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(FaultLoop()) << "loop " << i;
+  double secs = SecondsSince(t0);
+  Resources end = Settled(base);
+  printf("100 init -> fault -> abort loops in %.1f s\n  before: %s\n  after:  %s\n", secs,
+         Show(base).c_str(), Show(end).c_str());
+  EXPECT_LE(end.fds, base.fds);
+  EXPECT_LE(end.threads, base.threads);
+  EXPECT_LE(end.shmMaps, base.shmMaps);
+  EXPECT_LE(end.shmFiles, base.shmFiles);
+  // malloc arenas of new threads may add a few anonymous mappings once.
+  EXPECT_LE(end.maps, base.maps + 8);
+}
+
+}  // namespace

@@ -1,0 +1,200 @@
+#include "transports/net/net_connection.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "transports/net/net_registry.h"
+
+namespace tide {
+
+NetConnection::NetConnection(const tideNet_v1_t* net, void* sendComm, void* recvComm, int peer,
+                             int channel, size_t chunk, int inflight)
+    : net_(net),
+      sendComm_(sendComm),
+      recvComm_(recvComm),
+      peer_(peer),
+      channel_(channel),
+      chunk_(std::max<size_t>(chunk / 4096 * 4096, 4096)),
+      inflight_(static_cast<size_t>(std::max(inflight, 1))) {
+  if (net_->getPollFd != nullptr) {
+    if (net_->getPollFd(sendComm_, &sendFd_) != tideSuccess) sendFd_ = -1;
+    if (net_->getPollFd(recvComm_, &recvFd_) != tideSuccess) recvFd_ = -1;
+  }
+}
+
+NetConnection::~NetConnection() {
+  // Closing cancels whatever is still outstanding (net.h).
+  if (sendComm_ != nullptr) (void)net_->closeSend(sendComm_);
+  if (recvComm_ != nullptr) (void)net_->closeRecv(recvComm_);
+}
+
+Status NetConnection::fail(Status s) {
+  if (error_.ok()) {
+    error_ = Status(s.code(), "net connection to rank " + std::to_string(peer_) + " (channel " +
+                                  std::to_string(channel_) + "): " + s.message());
+    TIDE_INFO("%s", error_.message().c_str());
+  }
+  return error_;
+}
+
+int NetConnection::pollFd() const {
+  if (!recvs_.empty() && recvFd_ >= 0) return recvFd_;
+  return sendFd_ >= 0 ? sendFd_ : recvFd_;
+}
+
+Status NetConnection::postSend(const void* buf, size_t bytes, uint64_t* ticket) {
+  if (!error_.ok()) return error_;
+  if (bytes > 0 && buf == nullptr)
+    return invalidArgument("net: send of %zu bytes from null", bytes);
+  *ticket = ++sendsPosted_;
+  if (bytes == 0 && sends_.empty()) {
+    ++sendsDone_;
+    return Status::Ok();
+  }
+  Op op;
+  op.buf = static_cast<uint8_t*>(const_cast<void*>(buf));
+  op.bytes = bytes;
+  op.seq = bytes > 0 ? sendSeq_++ : 0;
+  sends_.push_back(op);
+  return Status::Ok();
+}
+
+Status NetConnection::postRecv(void* buf, size_t bytes, const RecvReduce* rr, uint64_t* ticket) {
+  if (!error_.ok()) return error_;
+  if (bytes > 0 && buf == nullptr)
+    return invalidArgument("net: receive of %zu bytes into null", bytes);
+  bool reduce = rr != nullptr && bytes > 0;
+  if (reduce && (rr->fn == nullptr || rr->src == nullptr || rr->elemSize == 0 ||
+                 4096 % rr->elemSize != 0 || bytes % rr->elemSize != 0)) {
+    return invalidArgument("net: bad reducing receive (%zu bytes, element size %zu)", bytes,
+                           rr->elemSize);
+  }
+  *ticket = ++recvsPosted_;
+  if (bytes == 0 && recvs_.empty()) {
+    ++recvsDone_;
+    return Status::Ok();
+  }
+  Op op;
+  op.buf = static_cast<uint8_t*>(buf);
+  op.bytes = bytes;
+  op.seq = bytes > 0 ? recvSeq_++ : 0;
+  op.reduce = reduce;
+  if (reduce) op.rr = *rr;
+  recvs_.push_back(op);
+  return Status::Ok();
+}
+
+Status NetConnection::progress(bool* moved) {
+  if (!error_.ok()) return error_;
+  Status s = progressSends(moved);
+  if (s.ok()) s = progressRecvs(moved);
+  if (!s.ok()) return fail(std::move(s));
+  return Status::Ok();
+}
+
+Status NetConnection::progressSends(bool* moved) {
+  while (sendReqs_.size() < inflight_ && sendCursor_ < sends_.size()) {
+    Op& op = sends_[sendCursor_];
+    if (op.posted == op.bytes) {
+      ++sendCursor_;
+      continue;
+    }
+    size_t len = std::min(chunk_, op.bytes - op.posted);
+    void* req = nullptr;
+    TIDE_TRY(netStatus(net_->isend(sendComm_, op.buf + op.posted, len,
+                                   chunkTag(op.seq, op.posted / chunk_), nullptr, &req),
+                       net_->name, "isend"));
+    if (req == nullptr) break;  // the net is full: test, then post again
+    sendReqs_.push_back(InFlight{req, &op, op.posted, len, -1});
+    op.posted += len;
+    ++op.outstanding;
+    *moved = true;
+  }
+  while (!sendReqs_.empty()) {
+    InFlight f = sendReqs_.front();
+    int done = 0;
+    tideResult_t r = net_->test(f.req, &done, nullptr);
+    if (r != tideSuccess) {
+      sendReqs_.pop_front();  // a failed request is finished
+      return netStatus(r, net_->name, "send");
+    }
+    if (!done) break;
+    sendReqs_.pop_front();
+    --f.op->outstanding;
+    *moved = true;
+  }
+  while (!sends_.empty() && sends_.front().posted == sends_.front().bytes &&
+         sends_.front().outstanding == 0) {
+    sends_.pop_front();
+    ++sendsDone_;
+    if (sendCursor_ > 0) --sendCursor_;
+  }
+  return Status::Ok();
+}
+
+Status NetConnection::progressRecvs(bool* moved) {
+  while (recvReqs_.size() < inflight_ && recvCursor_ < recvs_.size()) {
+    Op& op = recvs_[recvCursor_];
+    if (op.posted == op.bytes) {
+      ++recvCursor_;
+      continue;
+    }
+    size_t len = std::min(chunk_, op.bytes - op.posted);
+    int b = -1;
+    void* dst = op.buf + op.posted;
+    if (op.reduce) {
+      if (freeBounce_.empty()) {
+        if (bounce_.size() >= inflight_) break;
+        bounce_.emplace_back(new uint8_t[chunk_]);
+        freeBounce_.push_back(static_cast<int>(bounce_.size() - 1));
+      }
+      b = freeBounce_.back();
+      dst = bounce_[b].get();
+    }
+    int tag = chunkTag(op.seq, op.posted / chunk_);
+    void* req = nullptr;
+    TIDE_TRY(
+        netStatus(net_->irecv(recvComm_, 1, &dst, &len, &tag, nullptr, &req), net_->name, "irecv"));
+    if (req == nullptr) break;
+    if (b >= 0) freeBounce_.pop_back();
+    recvReqs_.push_back(InFlight{req, &op, op.posted, len, b});
+    op.posted += len;
+    ++op.outstanding;
+    *moved = true;
+  }
+  while (!recvReqs_.empty()) {
+    InFlight f = recvReqs_.front();
+    int done = 0;
+    size_t got = 0;
+    tideResult_t r = net_->test(f.req, &done, &got);
+    if (r != tideSuccess) {
+      recvReqs_.pop_front();
+      return netStatus(r, net_->name, "receive");
+    }
+    if (!done) break;
+    recvReqs_.pop_front();
+    if (got != f.len) {
+      return invalidUsage(
+          "rank %d sent %zu bytes where %zu were expected (message %u, offset %zu): mismatched "
+          "calls",
+          peer_, got, f.len, f.op->seq, f.offset);
+    }
+    if (f.bounce >= 0) {
+      const RecvReduce& rr = f.op->rr;
+      rr.fn(f.op->buf + f.offset, static_cast<const uint8_t*>(rr.src) + f.offset,
+            bounce_[f.bounce].get(), f.len / rr.elemSize);
+      freeBounce_.push_back(f.bounce);
+    }
+    --f.op->outstanding;
+    *moved = true;
+  }
+  while (!recvs_.empty() && recvs_.front().posted == recvs_.front().bytes &&
+         recvs_.front().outstanding == 0) {
+    recvs_.pop_front();
+    ++recvsDone_;
+    if (recvCursor_ > 0) --recvCursor_;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tide

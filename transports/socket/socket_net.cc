@@ -1,0 +1,536 @@
+// The socket net: include/tide/net.h over TCP (design in socket_net.h).
+#include "transports/socket/socket_net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdarg>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/auth.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/registry.h"
+#include "transports/net/net_registry.h"
+#include "transports/socket/socket_internal.h"
+
+namespace tide {
+namespace socknet {
+
+constexpr uint32_t kStripeMagic = 0x534f4344;
+constexpr size_t kMaxRequests = 1024;  // per comm; more: "retry later"
+constexpr size_t kHdr = sizeof(SocketStripeHeader);
+
+tideResult_t fail(tideResult_t code, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  TIDE_INFO("socket net: %s", buf);
+  setNetErrorDetail(buf);
+  return code;
+}
+
+void closeFd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Options of every data socket: no Nagle, buffer sizes, liveness.
+void configureSocket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int64_t t = knobInt(Knob::Timeout);
+  if (t > 0) {
+    int idle = static_cast<int>(std::clamp<int64_t>(t / 3, 1, 60));
+    int intvl = static_cast<int>(std::clamp<int64_t>(t / 10, 1, 10));
+    int cnt = static_cast<int>(std::clamp<int64_t>(t / intvl, 1, 127));
+    unsigned int userMs = static_cast<unsigned int>(std::min<int64_t>(t * 1000, INT_MAX));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userMs, sizeof(userMs));
+  }
+}
+
+void setBuffers(int fd) {
+  uint64_t b = knobSize(Knob::SocketBufSize);
+  if (b == 0) return;
+  int v = static_cast<int>(std::min<uint64_t>(b, INT_MAX));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+void notify(int fd) {
+  if (fd < 0) return;
+  uint64_t one = 1;
+  ssize_t r = ::write(fd, &one, sizeof(one));
+  (void)r;
+}
+
+void drain(int fd) {
+  uint64_t v;
+  ssize_t r = ::read(fd, &v, sizeof(v));
+  (void)r;
+}
+
+struct Comm;
+
+struct Request {
+  Comm* comm;
+  bool send;
+  uint32_t seq;
+  int tag;
+  uint8_t* buf;
+  uint64_t size;     // send: bytes; recv: capacity
+  int nstripes = 0;  // send
+  std::atomic<int> stripesDone{0};
+  std::atomic<uint64_t> total{UINT64_MAX};  // recv: set by the first stripe header
+  std::atomic<uint64_t> received{0};
+};
+
+struct Stripe {
+  Request* req;
+  uint64_t offset;
+  uint32_t len;
+};
+
+// One data socket. Queue under Comm::mu; the rest belongs to its owner (the
+// helper thread that drives it, or the caller's thread without threads).
+struct DataSock {
+  int fd = -1;
+  std::deque<Stripe> queue;  // send side
+  bool active = false;       // send: cur is being written
+  Stripe cur{};
+  SocketStripeHeader hdr{};
+  size_t done = 0;  // send: header + payload bytes written; recv: payload bytes read
+  size_t hdrGot = 0;
+  Request* rreq = nullptr;
+  bool stalled = false;  // recv: header read, its receive not posted yet
+  bool eof = false;      // recv: the peer closed this socket between stripes
+};
+
+struct Comm {
+  bool send = false;
+  std::vector<DataSock> socks;
+  int nthreads = 0;
+  std::vector<std::thread> threads;
+  std::vector<int> wakeFds;  // one per thread
+  int doneFd = -1;           // eventfd: a request advanced or the comm failed
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::set<Request*> live;              // every request not yet freed
+  std::map<uint32_t, Request*> posted;  // recv: by sequence number
+  uint32_t nextSeq = 0;
+  size_t rotate = 0;
+  std::atomic<int> err{0};
+  std::string errMsg;
+  std::atomic<size_t> eofs{0};  // sockets that reached end of stream
+
+  void setError(tideResult_t code, const std::string& msg) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (err.load() != 0) return;
+      errMsg = msg;
+      err.store(code, std::memory_order_release);
+    }
+    TIDE_INFO("socket net: %s", msg.c_str());
+    notify(doneFd);
+  }
+};
+
+// Moves data on one sending socket until it would block. Returns false on error.
+bool stepSend(Comm& c, DataSock& s, bool* moved) {
+  for (;;) {
+    if (!s.active) {
+      std::lock_guard<std::mutex> g(c.mu);
+      if (s.queue.empty()) return true;
+      s.cur = s.queue.front();
+      s.queue.pop_front();
+      s.active = true;
+      s.done = 0;
+      const Request& r = *s.cur.req;
+      s.hdr = SocketStripeHeader{kStripeMagic, r.seq, r.size, s.cur.offset, s.cur.len, r.tag};
+    }
+    iovec iov[2];
+    int n = 0;
+    if (s.done < kHdr) iov[n++] = {reinterpret_cast<uint8_t*>(&s.hdr) + s.done, kHdr - s.done};
+    size_t pay = s.done > kHdr ? s.done - kHdr : 0;
+    if (s.cur.len > pay) iov[n++] = {s.cur.req->buf + s.cur.offset + pay, s.cur.len - pay};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = n;
+    ssize_t r = ::sendmsg(s.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      c.setError(errno == EPIPE || errno == ECONNRESET || errno == ETIMEDOUT ? tideRemoteError
+                                                                             : tideSystemError,
+                 std::string("send failed: ") + strerror(errno));
+      return false;
+    }
+    *moved = true;
+    s.done += static_cast<size_t>(r);
+    if (s.done == kHdr + s.cur.len) {
+      s.active = false;
+      s.cur.req->stripesDone.fetch_add(1, std::memory_order_release);  // req may be freed now
+      notify(c.doneFd);
+    }
+  }
+}
+
+// Reads a header or payload piece. End of stream between stripes retires
+// the socket (the peer closed: its other sockets may still hold data); the
+// comm fails when every socket has ended, or at once when one ends inside a
+// stripe.
+bool readSome(Comm& c, DataSock& s, void* buf, size_t n, size_t* got) {
+  for (;;) {
+    ssize_t r = ::recv(s.fd, buf, n, MSG_DONTWAIT);
+    if (r > 0) {
+      *got = static_cast<size_t>(r);
+      return true;
+    }
+    if (r == 0) {
+      *got = 0;
+      if (s.hdrGot == 0 && !s.eof) {
+        s.eof = true;
+        if (c.eofs.fetch_add(1) + 1 < c.socks.size()) return true;
+      }
+      c.setError(tideRemoteError, "the peer closed the connection");
+      return false;
+    }
+    if (errno == EINTR) continue;
+    *got = 0;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    c.setError(errno == ECONNRESET || errno == ETIMEDOUT ? tideRemoteError : tideSystemError,
+               std::string("receive failed: ") + strerror(errno));
+    return false;
+  }
+}
+
+// Matches the stripe whose header s.hdr holds with its posted receive.
+bool matchStripe(Comm& c, DataSock& s) {
+  const SocketStripeHeader& h = s.hdr;
+  std::lock_guard<std::mutex> g(c.mu);
+  auto it = c.posted.find(h.seq);
+  if (it == c.posted.end()) {
+    s.stalled = true;
+    return true;
+  }
+  Request* r = it->second;
+  std::string why;
+  if (h.total > r->size) {
+    why = "a " + std::to_string(h.total) + "-byte message arrived for a " +
+          std::to_string(r->size) + "-byte receive (message " + std::to_string(h.seq) + ")";
+  } else if (h.tag != r->tag) {
+    why = "message " + std::to_string(h.seq) + " has tag " + std::to_string(h.tag) +
+          ", the receive expects " + std::to_string(r->tag);
+  } else if (h.offset + h.len > h.total) {
+    why = "corrupt stripe header (offset beyond the message)";
+  } else {
+    uint64_t t = r->total.load(std::memory_order_relaxed);
+    if (t != UINT64_MAX && t != h.total) why = "stripes disagree on the message size";
+  }
+  if (!why.empty()) {
+    if (c.err.load() == 0) {
+      c.errMsg = why;
+      c.err.store(tideInvalidUsage, std::memory_order_release);
+    }
+    notify(c.doneFd);
+    return false;
+  }
+  r->total.store(h.total, std::memory_order_release);
+  s.stalled = false;
+  s.rreq = r;
+  s.done = 0;
+  return true;
+}
+
+bool stepRecv(Comm& c, DataSock& s, bool* moved) {
+  for (;;) {
+    if (s.hdrGot < kHdr) {
+      size_t got = 0;
+      if (s.eof) return true;
+      if (!readSome(c, s, reinterpret_cast<uint8_t*>(&s.hdr) + s.hdrGot, kHdr - s.hdrGot, &got))
+        return false;
+      if (got == 0) return true;
+      *moved = true;
+      s.hdrGot += got;
+      if (s.hdrGot < kHdr) continue;
+      if (s.hdr.magic != kStripeMagic) {
+        c.setError(tideRemoteError, "corrupt data from the peer (bad stripe magic)");
+        return false;
+      }
+    }
+    if (s.rreq == nullptr) {
+      if (!matchStripe(c, s)) return false;
+      if (s.stalled) return true;
+    }
+    Request* r = s.rreq;
+    if (s.done < s.hdr.len) {
+      size_t got = 0;
+      if (!readSome(c, s, r->buf + s.hdr.offset + s.done, s.hdr.len - s.done, &got)) return false;
+      if (got == 0) return true;
+      *moved = true;
+      s.done += got;
+      if (s.done < s.hdr.len) continue;
+    }
+    s.rreq = nullptr;
+    s.hdrGot = 0;
+    r->received.fetch_add(s.hdr.len, std::memory_order_release);  // r may be freed now
+    notify(c.doneFd);
+  }
+}
+
+bool stepSock(Comm& c, DataSock& s, bool* moved) {
+  return c.send ? stepSend(c, s, moved) : stepRecv(c, s, moved);
+}
+
+void helperMain(Comm* c, int t) {
+  std::vector<DataSock*> mine;
+  for (size_t i = t; i < c->socks.size(); i += c->nthreads) mine.push_back(&c->socks[i]);
+  std::vector<pollfd> fds;
+  bool broken = false;
+  while (!c->stop.load(std::memory_order_acquire)) {
+    bool moved = false;
+    for (DataSock* s : mine) {
+      if (broken) break;
+      if (!stepSock(*c, *s, &moved)) broken = true;
+    }
+    if (moved && !broken) continue;
+    fds.clear();
+    fds.push_back(pollfd{c->wakeFds[t], POLLIN, 0});
+    if (!broken) {
+      for (DataSock* s : mine) {
+        short ev = 0;
+        if (c->send) {
+          std::lock_guard<std::mutex> g(c->mu);
+          if (s->active || !s->queue.empty()) ev = POLLOUT;
+        } else if (!s->stalled && !s->eof) {
+          ev = POLLIN;
+        }
+        if (ev) fds.push_back(pollfd{s->fd, ev, 0});
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), 1000);
+    if (rc > 0 && (fds[0].revents & POLLIN)) drain(c->wakeFds[t]);
+  }
+}
+
+void wakeHelpers(Comm& c) {
+  for (int fd : c.wakeFds) notify(fd);
+}
+
+// Builds a comm from connected sockets and starts its helper threads.
+tideResult_t makeComm(bool send, std::vector<int>& fds, Comm** out) {
+  auto c = std::make_unique<Comm>();
+  c->send = send;
+  for (int fd : fds) {
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    configureSocket(fd);
+    DataSock s;
+    s.fd = fd;
+    c->socks.push_back(std::move(s));
+  }
+  fds.clear();
+  int64_t threads = std::clamp<int64_t>(knobInt(Knob::SocketNthreads), 0, kMaxThreads);
+  c->nthreads = static_cast<int>(std::min<int64_t>(threads, c->socks.size()));
+  if (c->nthreads > 0) {
+    c->doneFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->doneFd < 0) return fail(tideSystemError, "eventfd: %s", strerror(errno));
+    for (int t = 0; t < c->nthreads; ++t) {
+      int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (fd < 0) return fail(tideSystemError, "eventfd: %s", strerror(errno));
+      c->wakeFds.push_back(fd);
+    }
+    try {
+      for (int t = 0; t < c->nthreads; ++t) c->threads.emplace_back(helperMain, c.get(), t);
+    } catch (const std::system_error& e) {
+      c->stop = true;
+      wakeHelpers(*c);
+      for (std::thread& th : c->threads) th.join();
+      return fail(tideSystemError, "cannot start a helper thread: %s", e.what());
+    }
+  }
+  *out = c.release();
+  return tideSuccess;
+}
+
+void destroyComm(Comm* c) {
+  c->stop.store(true, std::memory_order_release);
+  wakeHelpers(*c);
+  for (std::thread& t : c->threads) t.join();
+  for (DataSock& s : c->socks) closeFd(s.fd);
+  for (int& fd : c->wakeFds) closeFd(fd);
+  closeFd(c->doneFd);
+  for (Request* r : c->live) delete r;
+  delete c;
+}
+
+// Caller-driven progress (no helper threads).
+void progressInline(Comm& c) {
+  if (c.nthreads > 0 || c.err.load(std::memory_order_acquire) != 0) return;
+  bool moved = false;
+  for (DataSock& s : c.socks) {
+    if (!stepSock(c, s, &moved)) return;
+  }
+}
+
+tideResult_t netRegMr(void*, void*, size_t, int type, void** mhandle) {
+  static int dummy;
+  if (type != TIDE_NET_PTR_HOST) return fail(tideInvalidArgument, "only host memory");
+  *mhandle = &dummy;
+  return tideSuccess;
+}
+
+tideResult_t netDeregMr(void*, void*) { return tideSuccess; }
+
+tideResult_t commError(Comm& c) {
+  std::lock_guard<std::mutex> g(c.mu);
+  return fail(static_cast<tideResult_t>(c.err.load()), "%s", c.errMsg.c_str());
+}
+
+tideResult_t netIsend(void* sendComm, const void* data, size_t size, int tag, void*,
+                      void** request) {
+  auto* c = static_cast<Comm*>(sendComm);
+  if (c == nullptr || !c->send || request == nullptr || (size > 0 && data == nullptr))
+    return fail(tideInvalidArgument, "isend: bad arguments");
+  *request = nullptr;
+  if (c->err.load(std::memory_order_acquire) != 0) return commError(*c);
+  auto* r = new Request;
+  r->comm = c;
+  r->send = true;
+  r->tag = tag;
+  r->buf = static_cast<uint8_t*>(const_cast<void*>(data));
+  r->size = size;
+  uint64_t per = 0;
+  socketStripes(size, static_cast<int>(c->socks.size()), &r->nstripes, &per);
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    if (c->live.size() >= kMaxRequests) {
+      delete r;
+      return tideSuccess;
+    }
+    r->seq = c->nextSeq++;
+    c->live.insert(r);
+    for (int i = 0; i < r->nstripes; ++i) {
+      uint64_t off = per * i;
+      uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(per, size - off));
+      c->socks[(c->rotate + i) % c->socks.size()].queue.push_back(Stripe{r, off, len});
+    }
+    c->rotate += r->nstripes;
+  }
+  if (c->nthreads > 0) wakeHelpers(*c);
+  progressInline(*c);
+  *request = r;
+  return tideSuccess;
+}
+
+tideResult_t netIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                      void**, void** request) {
+  auto* c = static_cast<Comm*>(recvComm);
+  if (c == nullptr || c->send || n != 1 || request == nullptr || data == nullptr ||
+      sizes == nullptr || tags == nullptr || (sizes[0] > 0 && data[0] == nullptr))
+    return fail(tideInvalidArgument, "irecv: bad arguments (n=%d; this net takes n=1)", n);
+  *request = nullptr;
+  if (c->err.load(std::memory_order_acquire) != 0) return commError(*c);
+  auto* r = new Request;
+  r->comm = c;
+  r->send = false;
+  r->tag = tags[0];
+  r->buf = static_cast<uint8_t*>(data[0]);
+  r->size = sizes[0];
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    if (c->live.size() >= kMaxRequests) {
+      delete r;
+      return tideSuccess;
+    }
+    r->seq = c->nextSeq++;
+    c->live.insert(r);
+    c->posted[r->seq] = r;
+  }
+  if (c->nthreads > 0) wakeHelpers(*c);
+  // A socket stalled on this message resumes (inline: right here).
+  progressInline(*c);
+  *request = r;
+  return tideSuccess;
+}
+
+tideResult_t netTest(void* request, int* done, size_t* sizes) {
+  auto* r = static_cast<Request*>(request);
+  if (r == nullptr || done == nullptr) return fail(tideInvalidArgument, "test: null");
+  Comm& c = *r->comm;
+  progressInline(c);
+  bool fin;
+  uint64_t bytes;
+  auto check = [&] {
+    if (r->send) {
+      fin = r->stripesDone.load(std::memory_order_acquire) == r->nstripes;
+      bytes = r->size;
+    } else {
+      bytes = r->total.load(std::memory_order_acquire);
+      fin = bytes != UINT64_MAX && r->received.load(std::memory_order_acquire) == bytes;
+    }
+  };
+  check();
+  if (!fin && c.nthreads > 0) {
+    drain(c.doneFd);  // then look again: a completion after this re-arms the fd
+    check();
+  }
+  *done = 0;
+  if (!fin && c.err.load(std::memory_order_acquire) == 0) return tideSuccess;
+  {
+    std::lock_guard<std::mutex> g(c.mu);
+    c.live.erase(r);
+    if (!r->send) c.posted.erase(r->seq);
+  }
+  delete r;
+  if (!fin) return commError(c);
+  *done = 1;
+  if (sizes != nullptr) sizes[0] = bytes;
+  return tideSuccess;
+}
+
+tideResult_t netGetPollFd(void* comm, int* fd) {
+  auto* c = static_cast<Comm*>(comm);
+  *fd = c->nthreads > 0 ? c->doneFd : (c->socks.size() == 1 ? c->socks[0].fd : -1);
+  return tideSuccess;
+}
+
+tideResult_t netClose(void* comm) {
+  if (comm != nullptr) destroyComm(static_cast<Comm*>(comm));
+  return tideSuccess;
+}
+
+}  // namespace socknet
+
+using namespace socknet;  // NOLINT: the table below names this file's functions
+
+const tideNet_v1_t kSocketNet = {
+    "socket",     netInit,  netDevices, netGetProperties, netListen, netConnect,
+    netAccept,    netRegMr, netDeregMr, netIsend,         netIrecv,  netTest,
+    netGetPollFd, netClose, netClose,   netCloseListen,
+};
+
+TIDE_ON_LOAD(::tide::registerNet(&kSocketNet));
+
+}  // namespace tide

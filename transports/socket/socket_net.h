@@ -1,0 +1,63 @@
+// The socket net (include/tide/net.h over TCP): pieces exposed for unit tests.
+//
+// A comm is TIDE_SOCKET_NTHREADS x TIDE_NSOCKS_PERTHREAD data sockets (with
+// 0 threads: TIDE_NSOCKS_PERTHREAD sockets driven by the caller's test()).
+// A message is cut into stripes of >= 64 KiB, spread round-robin over the
+// sockets; each stripe travels as a SocketStripeHeader plus its bytes, so
+// every socket can be read independently and the receiver checks sequence,
+// size and tag of every message. Helper threads sleep in poll() and report
+// completions through an eventfd (getPollFd).
+//
+// Liveness: SO_KEEPALIVE and TCP_USER_TIMEOUT derived from TIDE_TIMEOUT, so a
+// silent or partitioned peer with unacknowledged data fails the comm
+// (tideRemoteError) after about TIDE_TIMEOUT seconds; a slow link that keeps
+// acknowledging never does.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/socket.h"
+#include "tide/net.h"
+
+namespace tide {
+
+// TIDE_SOCKET_IFNAME / NCCL_SOCKET_IFNAME syntax: comma-separated prefixes;
+// a leading '^' excludes the listed names, a leading '=' (after any '^')
+// makes the items exact names.
+bool socketIfnameMatches(const std::string& filter, const std::string& name);
+
+struct SocketDevice {
+  std::string ifname;
+  SockAddr addr;  // port 0
+  int speedMbps = 0;
+  std::string pciPath;  // "" when not a PCI device
+};
+
+// Interfaces that are up and match `filter` (empty: all but lo, docker*,
+// virbr*; loopback only when nothing else exists), one address each:
+// family AF_INET or AF_INET6 as asked, else IPv4 preferred (no IPv6
+// link-local addresses). Order of getifaddrs().
+std::vector<SocketDevice> findSocketDevices(const std::string& filter, int family);
+
+struct SocketStripeHeader {
+  uint32_t magic;
+  uint32_t seq;     // message number on this comm, 0, 1, 2, ...
+  uint64_t total;   // bytes of the whole message
+  uint64_t offset;  // of this stripe in the message
+  uint32_t len;     // bytes of this stripe that follow
+  int32_t tag;
+};
+static_assert(sizeof(SocketStripeHeader) == 32);
+
+// Stripes of a message of `total` bytes over `nsocks` sockets: count and
+// size (the last one may be shorter). total 0: one empty stripe.
+void socketStripes(uint64_t total, int nsocks, int* count, uint64_t* stripeBytes);
+
+// The net itself (also registered as the built-in "socket").
+extern const tideNet_v1_t kSocketNet;
+
+}  // namespace tide

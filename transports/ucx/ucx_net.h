@@ -1,0 +1,54 @@
+// The UCX net (include/tide/net.h over UCP tag matching), registered as the
+// built-in "ucx". Declared here for the unit tests.
+//
+// Design:
+//  - One ucp_context per process (created by init(), features TAG + WAKEUP,
+//    shared by all workers). One ucp_worker per comm (send or recv): calls on
+//    one comm are serialized by the caller (net.h), so workers run in
+//    UCS_THREAD_MODE_SERIALIZED without locks and comms used by different
+//    threads never contend.
+//  - Connection set-up goes through a small TCP side channel because UCX
+//    worker addresses do not fit the 128-byte handle: listen() opens a
+//    non-blocking TCP listener on the interface chosen by TIDE_SOCKET_IFNAME
+//    (NCCL syntax; default: the first interface that is up and not loopback,
+//    else loopback) and the handle holds its address and a random nonce.
+//    connect() sends {nonce, its worker's address}; accept() answers with
+//    its recv comm's worker address; both sides then create endpoints with
+//    UCP_ERR_HANDLING_MODE_PEER. The side channel is closed afterwards.
+//  - Messages: ucp_tag_send_nbx / ucp_tag_recv_nbx with tag = (user tag << 32)
+//    | per-comm sequence number, full mask, so the k-th send matches the k-th
+//    receive. A send larger than the receive fails it (tideInvalidUsage).
+//  - Progress: test() calls ucp_worker_progress (no helper thread).
+//    getPollFd() returns an epoll fd over the worker's event fd plus an
+//    eventfd of ours; the worker is armed after a run of idle test() calls,
+//    and when arming finds events pending our eventfd is signalled so a
+//    poller never sleeps through them.
+//  - Peer failure: an endpoint error callback marks the comm broken; every
+//    outstanding and later request then fails with tideRemoteError naming
+//    the UCX status.
+//  - regMr: a process-wide MrCache (transports/ib/mr_cache.h) of ucp_mem_map
+//    registrations, bounded by TIDE_UCX_MR_CACHE_ENTRIES; the memory handle
+//    is passed to the tag operations.
+#pragma once
+
+#include <cstdint>
+
+#include "tide/net.h"
+
+namespace tide {
+
+extern const tideNet_v1_t kUcxNet;
+
+// What listen() writes into the handle (the rest of the 128 bytes is the
+// connector's state, see net.h).
+struct UcxHandle {
+  uint32_t magic;
+  uint16_t family;  // AF_INET or AF_INET6
+  uint16_t port;    // host order
+  uint8_t addr[16];
+  uint64_t nonce;
+};
+constexpr uint32_t kUcxHandleMagic = 0x55435831;  // "UCX1"
+constexpr size_t kUcxStateOffset = 64;            // connector state pointer in the handle
+
+}  // namespace tide
