@@ -22,7 +22,9 @@ def parse(path):
     rows, traffic, pred, chosen = {}, {}, {}, {}
     with open(path, errors="replace") as f:
         for line in f:
-            m = re.search(r"choice: \S+ (\d+) x \S+ on .*?:(.*) -> (\S+)", line)
+            # The cost model's table for the measured calls: rank 0's float32
+            # lines (the harness's own bookkeeping calls use other types).
+            m = re.search(r"\[0\] TIDE INFO choice: \S+ (\d+) x float32 on .*?:(.*) -> (\S+)", line)
             if m:
                 count = int(m.group(1))
                 table = dict((a, float(u)) for a, u in re.findall(r" (\S+) ([0-9.e+]+) us", m.group(2)))
@@ -59,8 +61,11 @@ def main():
             for size, b in tr.items():
                 traffic.setdefault(v, {})[size] = b
             if v == "auto":
-                pred.update(p)
+                for c, table in p.items():
+                    for a, us in table.items():
+                        pred.setdefault(c, {}).setdefault(a, []).append(us)
                 chosen.update(ch)
+    pred = {c: {a: statistics.median(x) for a, x in t.items()} for c, t in pred.items()}
     med = {v: {s: statistics.median(x) for s, x in sz.items()} for v, sz in data.items()}
     medt = {v: {s: statistics.median(x) for s, x in sz.items()} for v, sz in times.items()}
     sizes = sorted(set().union(*[set(x) for x in med.values()])) if med else []
@@ -73,7 +78,8 @@ def main():
         ratios.append("auto/mpi")
     if "auto" in med and forced:
         ratios.append("auto/best")
-    print("median out-of-place busbw (GB/s); chosen = the cost model's pick")
+    print("median out-of-place busbw (GB/s); ratios from median times (> 1: the first is "
+          "faster); chosen = the cost model's pick")
     print(" ".join(f"{h:>10}" for h in head + ratios) + "     chosen")
     summary = []
     for s in sizes:
@@ -83,15 +89,17 @@ def main():
             bw = med[v].get(s)
             row[v] = bw
             cells.append(f"{bw:>10.3f}" if bw is not None else f"{'-':>10}")
+        # Ratios from median times (busbw is printed with 2 decimals only):
+        # a/b = time(b) / time(a), > 1 when a is faster.
         for r in ratios:
             a, b = r.split("/")
-            num = med[a].get(s)
+            ta = medt[a].get(s)
             if b == "best":
-                cand = [med[v].get(s) for v in forced if med[v].get(s)]
-                den = max(cand) if cand else None
+                cand = [medt[v].get(s) for v in forced if medt[v].get(s)]
+                tb = min(cand) if cand else None
             else:
-                den = med[b].get(s)
-            val = num / den if num and den else None
+                tb = medt[b].get(s)
+            val = tb / ta if ta and tb else None
             row[r] = val
             cells.append(f"{val:>10.2f}" if val else f"{'-':>10}")
         count = s // 4
