@@ -227,4 +227,24 @@ Status checkJob(Job& job) {
   return Status::Ok();
 }
 
+uint32_t opTagOf(uint64_t collSeq, int coll, uint64_t count, int dtype, int op, int root) {
+  // FNV-1a over the fields, then folded to 32 bits; 0 is reserved for
+  // "unchecked".
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(collSeq);
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(coll)));
+  mix(count);
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(dtype)));
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(op)));
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(root)));
+  const uint32_t t = static_cast<uint32_t>(h ^ (h >> 32));
+  return t == 0 ? 1u : t;
+}
+
 }  // namespace tide

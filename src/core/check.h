@@ -49,6 +49,13 @@ Status compareOpPrints(const std::vector<std::vector<OpPrint>>& prints,
 // timeout and abort flag.
 Status checkJob(Job& job);
 
+// The always-on operation tag of one collective (see SetupContext::opTag):
+// a non-zero 32-bit digest of the collective sequence number `collSeq`
+// (collectives only, counted per communicator), the collective, count,
+// datatype, user-visible operator (-1 when not a reduction) and root (-1 when
+// not rooted). Pure.
+uint32_t opTagOf(uint64_t collSeq, int coll, uint64_t count, int dtype, int op, int root);
+
 // Drops the per-communicator state (called before the communicator is freed).
 void checkForget(const tideComm* comm);
 

@@ -64,6 +64,9 @@ class CommSetup final : public SetupContext {
   Doorbell* doorbell() const override { return c_->bell; }
   const std::atomic<bool>& abortFlag() const override { return c_->abortFlag; }
   int timeoutSeconds() const override { return c_->timeoutSec; }
+  const uint32_t* opTag(int channel) const override {
+    return (channel >= 0 && channel < kNumChannels) ? &c_->opTag[channel] : nullptr;
+  }
 
  private:
   tideComm* c_;

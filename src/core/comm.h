@@ -76,6 +76,10 @@ struct tideComm {
   uint64_t nextTicket = 0;
   uint64_t doneTicket = 0;
   uint64_t opCount = 0;  // sequence numbers for error messages
+  uint64_t collCount = 0;  // collectives issued: the sequence number in op tags
+  // Tag of the operation being executed per channel (see SetupContext::opTag);
+  // written and read only by the thread executing this communicator's work.
+  uint32_t opTag[tide::kNumChannels] = {};
   // API calls and queued jobs currently using the communicator; abort waits
   // for it to drop to zero before freeing anything.
   std::atomic<int> users{0};

@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/check.h"
 #include "core/config.h"
 #include "core/job.h"
 #include "core/log.h"
@@ -377,6 +378,11 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
   }
   d.seq = comm->opCount++;
+  if (d.algo != nullptr) {
+    d.tag = opTagOf(comm->collCount++, static_cast<int>(type), count, dtype,
+                    reduces(type) ? op : -1,
+                    (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
+  }
   if (tGroup.depth > 0) {
     tGroup.ops.push_back(d);
     return Status::Ok();

@@ -19,6 +19,7 @@ struct OpDesc {
   uint64_t postDiv = 0;  // Avg on integers: divide results by this after
   const AlgorithmInfo* algo = nullptr;  // null for Send/Recv
   uint64_t seq = 0;
+  uint32_t tag = 0;  // operation tag on the collective channel (core/check.h opTagOf)
 };
 
 // Validates one call and, unless inside a group, runs it (NULL stream) or

@@ -22,8 +22,10 @@ size_t inputCount(const CollArgs& a, int nranks) {
 }
 
 // Collectives of one communicator, one after the other, on the coll channel.
-Task chainTask(ExecCtx& ctx, std::vector<const OpDesc*> ops, const KernelTable* k) {
+Task chainTask(ExecCtx& ctx, std::vector<const OpDesc*> ops, const KernelTable* k,
+               uint32_t* tagWord) {
   for (const OpDesc* op : ops) {
+    *tagWord = op->tag;  // read by the transports as this op posts (SetupContext::opTag)
     CollArgs a = op->args;
     size_t nin = inputCount(a, ctx.nranks());
     if (op->preScale != 0 && nin > 0 && a.sendbuff != nullptr) {
@@ -168,8 +170,12 @@ Status runOpsWith(Job& job, RunPool& pool) {
       const OpDesc& only = *coll->ops[0];
       // A lone collective without Avg lowering runs its algorithm directly.
       bool direct = coll->ops.size() == 1 && only.preScale == 0 && only.postDiv == 0;
+      // Tasks start when runTasks() resumes them; one collective Run per
+      // communicator per job, so the word is this op's until then.
+      if (direct) comm->opTag[kCollChannel] = only.tag;
       initItem(*coll, comm,
-               direct ? only.algo->run(*coll->ctx) : chainTask(*coll->ctx, coll->ops, k));
+               direct ? only.algo->run(*coll->ctx)
+                      : chainTask(*coll->ctx, coll->ops, k, &comm->opTag[kCollChannel]));
       pool.items.push_back(&coll->item);
     }
     if (p2p != nullptr) {

@@ -138,6 +138,21 @@ class SetupContext {
   virtual const std::atomic<bool>& abortFlag() const = 0;
   // Seconds a setup step may wait for a peer (0: forever, still abortable).
   virtual int timeoutSeconds() const = 0;
+  // Operation tags, for detecting calls that do not match across ranks.
+  // Returns a word the core rewrites before each operation it executes on
+  // `channel` (a 32-bit digest of the collective's sequence number, type,
+  // count, datatype, operator and root; 0 = unchecked, always so on
+  // kP2pChannel), or nullptr when the communicator has none. A transport that
+  // can carry it reads the word when a send or receive is posted (the same
+  // thread that executes operations writes it, so no synchronisation is
+  // needed), puts the sender's value in the message's framing, and fails a
+  // receive whose incoming message carries a different non-zero tag with
+  // tideInvalidUsage ("mismatched operation ..."), never writing its bytes.
+  // Valid for the life of the connections built with this context.
+  virtual const uint32_t* opTag(int channel) const {
+    (void)channel;
+    return nullptr;
+  }
 };
 
 // Channels: independent ordered pipes per peer. Collectives use kCollChannel,
