@@ -4,6 +4,8 @@
 #   2. the `gpu` suite: device kernels vs the host reference, every dtype x op,
 #      plus kernel bandwidth against a device-to-device copy
 #   3. the perf tools (*_perf) at 1, 2 and 4 ranks (processes) from 8 B to 1 GiB
+#      on host buffers, and the NCCL shim on device buffers (every collective x
+#      datatype at 1, 2, 4 ranks on the one GPU, as threads and as processes)
 #   4. when an nccl-tests checkout sits in an ignored folder (nccl-tests/ or
 #      perf/nccl-tests/, or $NCCL_TESTS_DIR): build it against Tide's
 #      libnccl.so.2 (and against a real NCCL when one is installed) and run
@@ -129,7 +131,29 @@ for tool in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendr
     row "  ${tool}_perf $n proc (host bufs)" "$res" "#wrong ${wrong:-?}, avg busbw ${bw:-?} GB/s, rc $rc"
   done
 done
-row "perf tools: device buffers, threads" "n/a" "need Tide's CUDA path (issue 6 items 1-3) and -t/-g"
+# Device buffers through the NCCL shim: every collective x datatype (x op),
+# in and out of place, N ranks sharing the GPU as threads and as processes.
+sdt="$build/tests/gpu/shim_device_test"
+if [ ! -x "$sdt" ] && [ -f "$build/shim/libnccl.so.2" ]; then
+  # tests/ is not configured without gtest: build the program by hand.
+  sdt="$build/shim_device_test"
+  c++ -std=c++20 -O2 -isystem "$CUDA_HOME/include" "$root/tests/gpu/shim_device_test.cc" \
+    -L"$build/shim" -Wl,--disable-new-dtags,-rpath,"$build/shim" -l:libnccl.so.2 -ldl -lpthread \
+    -o "$sdt" >>"$log" 2>&1 || row "shim device test" "FAILED" "does not compile"
+fi
+if [ -x "$sdt" ]; then
+  for mode in threads procs; do
+    for n in 1 2 4; do
+      step "shim_device_test $mode $n"
+      out=$(timeout 240 "$sdt" "$mode" "$n" 2>&1); rc=$?
+      echo "$out" >>"$log"
+      case $rc in
+        0) res=ok ;; 77) res=skip ;; *) res=FAILED ;;
+      esac
+      row "  device bufs, $n ranks as $mode" "$res" "$(tail -1 <<<"$out" | cut -c1-70), rc $rc"
+    done
+  done
+fi
 
 # ---- 4. nccl-tests ---------------------------------------------------------------
 nt=${NCCL_TESTS_DIR:-}

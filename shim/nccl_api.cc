@@ -6,9 +6,9 @@
 // Buffers: in host-buffer mode (TIDE_SHIM_HOST_BUFFERS=1) pointers are host
 // memory and operations complete before the call returns (the cudaStream_t
 // is ignored). In GPU mode, host buffers are accepted after the caller's
-// stream has drained; device buffers work on one-rank communicators (local
-// copies on the caller's stream) and otherwise need Tide's CUDA path: they
-// are refused with ncclInvalidUsage until it exists (nccl_coll.cc).
+// stream has drained; device buffers on one-rank communicators are local
+// copies on the caller's stream, and otherwise are staged through host memory
+// around the same Tide collective (shim/staging.h, nccl_coll.cc).
 #include <stdlib.h>
 
 #include <cstddef>

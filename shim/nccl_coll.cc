@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_loader.h"
 #include "shim/shim_internal.h"
+#include "shim/staging.h"
 
 using tide::shim::fail;
 namespace shim = tide::shim;
@@ -15,41 +16,34 @@ namespace {
 
 tideDataType_t td(ncclDataType_t t) { return static_cast<tideDataType_t>(t); }
 
-// Device buffers: a one-rank communicator needs no communication, so every
-// operation is a local copy enqueued on the caller's stream (stream-ordered,
-// capturable in CUDA graphs); *local is then set. With more ranks, device
-// buffers need Tide's CUDA path, which this build lacks: ncclInvalidUsage.
-// Host buffers in GPU mode run after the caller's stream has drained.
-ncclResult_t checkBuffers(ncclComm_t comm, const char* what, const void* a, const void* b,
-                          cudaStream_t stream, bool* local) {
-  *local = false;
-  if (comm->hostMode) return ncclSuccess;
-  if (tide::cuda::isDevicePointer(a) || tide::cuda::isDevicePointer(b)) {
-    if (comm->nranks == 1) {
-      *local = true;
-      return ncclSuccess;
-    }
-    return fail(comm, ncclInvalidUsage,
-                "%s: device buffers on %d ranks need Tide's CUDA path, which this build lacks; "
-                "use host buffers (e.g. cudaMallocHost) for now",
-                what, comm->nranks);
-  }
-  const int rc = tide::cuda::waitStream(reinterpret_cast<tide::cuda::CuStream>(stream), 600.0);
-  if (rc != 0) {
-    return fail(comm, ncclUnhandledCudaError, "%s: waiting for the stream: %s", what,
-                tide::cuda::driverErrorString(rc).c_str());
-  }
-  return ncclSuccess;
-}
+// How a call's buffers are handled. Host-buffer mode: as they are. GPU mode:
+// host buffers after the caller's stream has drained; device buffers on a
+// one-rank communicator with copies on the caller's stream (*local: stream-
+// ordered, capturable in CUDA graphs) when the operation allows, otherwise
+// staged through host memory (shim/staging.h) for the same Tide collective.
+struct Route {
+  bool local = false;
+  std::shared_ptr<shim::Staging> st;
+};
 
-ncclResult_t checkArgs(ncclComm_t comm, const char* what, ncclDataType_t dt, const void* a,
-                       const void* b, cudaStream_t stream, bool* local) {
-  *local = false;
+ncclResult_t route(ncclComm_t comm, const char* what, ncclDataType_t dt, const void* a,
+                   const void* b, cudaStream_t stream, shim::Staging::Plan plan, Route* rt) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", what);
   if (!shim::dtypeOk(dt)) {
     return fail(comm, ncclInvalidArgument, "%s: invalid datatype %d", what, static_cast<int>(dt));
   }
-  return checkBuffers(comm, what, a, b, stream, local);
+  const bool device =
+      !comm->hostMode && (tide::cuda::isDevicePointer(a) || tide::cuda::isDevicePointer(b));
+  rt->local = device && comm->nranks == 1;
+  if (!device && !comm->hostMode) {
+    const int rc = tide::cuda::waitStream(reinterpret_cast<tide::cuda::CuStream>(stream), 600.0);
+    if (rc != 0) {
+      return fail(comm, ncclUnhandledCudaError, "%s: waiting for the stream: %s", what,
+                  tide::cuda::driverErrorString(rc).c_str());
+    }
+  }
+  rt->st = std::make_shared<shim::Staging>(comm, what, stream, device, std::move(plan));
+  return ncclSuccess;
 }
 
 // dst = src on the caller's stream (one-rank device path).
@@ -68,11 +62,6 @@ ncclResult_t localCopy(ncclComm_t comm, const char* what, void* dst, const void*
                 tide::cuda::driverErrorString(rc).c_str());
   }
   return ncclSuccess;
-}
-
-ncclResult_t preMulOnDevice(ncclComm_t comm, const char* what) {
-  return fail(comm, ncclInvalidUsage, "%s: PreMulSum on device buffers needs Tide's CUDA path",
-              what);
 }
 
 // One-rank send/recv to itself: the n-th send pairs with the n-th receive,
@@ -197,25 +186,36 @@ SHIM_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 SHIM_ALIAS(ncclRedOpDestroy)
 
 // ---- Collectives ---------------------------------------------------------------------
+// Each call states the bytes this rank reads and writes (its staging plan),
+// then runs the Tide collective on what the staging hands over: the caller's
+// buffers, or host copies of device buffers.
 
 SHIM_API ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                      cudaStream_t stream) {
   return shim::guarded(comm, "ncclAllReduce", [&]() -> ncclResult_t {
     const char* what = "ncclAllReduce";
+    const size_t bytes = count * shim::dtypeBytes(datatype);
     Reduction red;
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int, int) {
+          s.input(sendbuff, bytes);
+          s.output(recvbuff, bytes);
+        },
+        &rt);
     if (r == ncclSuccess) r = resolveOp(comm, op, datatype, what, &red);
     if (r != ncclSuccess) return r;
-    if (local)
-      return red.preMul ? preMulOnDevice(comm, what)
-                        : localCopy(comm, what, recvbuff, sendbuff,
-                                    count * shim::dtypeBytes(datatype), stream);
-    return shim::submit(comm, what, static_cast<double>(count * shim::dtypeBytes(datatype)), [=] {
-      return tideAllReduce(red.input(sendbuff, count, datatype), recvbuff, count, td(datatype),
-                           red.op, comm->tide, nullptr);
-    });
+    if (rt.local && !red.preMul) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] {
+          return tideAllReduce(red.input(st->in(), count, datatype), st->out(), count, td(datatype),
+                               red.op, comm->tide, nullptr);
+        },
+        st);
   });
 }
 SHIM_ALIAS(ncclAllReduce)
@@ -225,19 +225,27 @@ SHIM_API ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t c
                                   ncclComm_t comm, cudaStream_t stream) {
   return shim::guarded(comm, "ncclReduce", [&]() -> ncclResult_t {
     const char* what = "ncclReduce";
+    const size_t bytes = count * shim::dtypeBytes(datatype);
     Reduction red;
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int rank, int) {
+          s.input(sendbuff, bytes);
+          s.output(recvbuff, bytes, rank == root);
+        },
+        &rt);
     if (r == ncclSuccess) r = resolveOp(comm, op, datatype, what, &red);
     if (r != ncclSuccess) return r;
-    if (local)
-      return red.preMul ? preMulOnDevice(comm, what)
-                        : localCopy(comm, what, recvbuff, sendbuff,
-                                    count * shim::dtypeBytes(datatype), stream);
-    return shim::submit(comm, what, static_cast<double>(count * shim::dtypeBytes(datatype)), [=] {
-      return tideReduce(red.input(sendbuff, count, datatype), recvbuff, count, td(datatype), red.op,
-                        root, comm->tide, nullptr);
-    });
+    if (rt.local && !red.preMul) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] {
+          return tideReduce(red.input(st->in(), count, datatype), st->out(), count, td(datatype),
+                            red.op, root, comm->tide, nullptr);
+        },
+        st);
   });
 }
 SHIM_ALIAS(ncclReduce)
@@ -247,22 +255,29 @@ SHIM_API ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, s
                                          cudaStream_t stream) {
   return shim::guarded(comm, "ncclReduceScatter", [&]() -> ncclResult_t {
     const char* what = "ncclReduceScatter";
+    const size_t bytes = recvcount * shim::dtypeBytes(datatype);
     Reduction red;
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int, int n) {
+          s.input(sendbuff, bytes * static_cast<size_t>(n));
+          s.output(recvbuff, bytes);
+        },
+        &rt);
     if (r == ncclSuccess) r = resolveOp(comm, op, datatype, what, &red);
     if (r != ncclSuccess) return r;
-    if (local)
-      return red.preMul ? preMulOnDevice(comm, what)
-                        : localCopy(comm, what, recvbuff, sendbuff,
-                                    recvcount * shim::dtypeBytes(datatype), stream);
+    if (rt.local && !red.preMul) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
     return shim::submit(
-        comm, what, static_cast<double>(recvcount * shim::dtypeBytes(datatype)), [=] {
+        comm, what, static_cast<double>(bytes),
+        [=] {
           int nranks = 1;
           tideCommCount(comm->tide, &nranks);
-          return tideReduceScatter(red.input(sendbuff, recvcount * nranks, datatype), recvbuff,
+          return tideReduceScatter(red.input(st->in(), recvcount * nranks, datatype), st->out(),
                                    recvcount, td(datatype), red.op, comm->tide, nullptr);
-        });
+        },
+        st);
   });
 }
 SHIM_ALIAS(ncclReduceScatter)
@@ -272,14 +287,26 @@ SHIM_API ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_
                                      cudaStream_t stream) {
   return shim::guarded(comm, "ncclBroadcast", [&]() -> ncclResult_t {
     const char* what = "ncclBroadcast";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
+    const size_t bytes = count * shim::dtypeBytes(datatype);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int rank, int) {
+          if (rank == root) s.input(sendbuff, bytes);
+          s.output(recvbuff, bytes);
+        },
+        &rt);
     if (r != ncclSuccess) return r;
-    if (local)
-      return localCopy(comm, what, recvbuff, sendbuff, count * shim::dtypeBytes(datatype), stream);
-    return shim::submit(comm, what, static_cast<double>(count * shim::dtypeBytes(datatype)), [=] {
-      return tideBroadcast(sendbuff, recvbuff, count, td(datatype), root, comm->tide, nullptr);
-    });
+    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] {
+          // Non-roots read nothing: hand Tide their (staged) receive buffer.
+          const void* src = st->in() != nullptr ? st->in() : st->out();
+          return tideBroadcast(src, st->out(), count, td(datatype), root, comm->tide, nullptr);
+        },
+        st);
   });
 }
 SHIM_ALIAS(ncclBroadcast)
@@ -295,16 +322,24 @@ SHIM_API ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_
                                      cudaStream_t stream) {
   return shim::guarded(comm, "ncclAllGather", [&]() -> ncclResult_t {
     const char* what = "ncclAllGather";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
+    const size_t bytes = sendcount * shim::dtypeBytes(datatype);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int, int n) {
+          s.input(sendbuff, bytes);
+          s.output(recvbuff, bytes * static_cast<size_t>(n));
+        },
+        &rt);
     if (r != ncclSuccess) return r;
-    if (local)
-      return localCopy(comm, what, recvbuff, sendbuff, sendcount * shim::dtypeBytes(datatype),
-                       stream);
+    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
     return shim::submit(
-        comm, what, static_cast<double>(sendcount * shim::dtypeBytes(datatype)), [=] {
-          return tideAllGather(sendbuff, recvbuff, sendcount, td(datatype), comm->tide, nullptr);
-        });
+        comm, what, static_cast<double>(bytes),
+        [=] {
+          return tideAllGather(st->in(), st->out(), sendcount, td(datatype), comm->tide, nullptr);
+        },
+        st);
   });
 }
 SHIM_ALIAS(ncclAllGather)
@@ -313,90 +348,107 @@ SHIM_API ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t
                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return shim::guarded(comm, "ncclAlltoAll", [&]() -> ncclResult_t {
     const char* what = "ncclAlltoAll";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
+    const size_t bytes = count * shim::dtypeBytes(datatype);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int, int n) {
+          s.input(sendbuff, bytes * static_cast<size_t>(n));
+          s.output(recvbuff, bytes * static_cast<size_t>(n));
+        },
+        &rt);
     if (r != ncclSuccess) return r;
-    if (local)
-      return localCopy(comm, what, recvbuff, sendbuff, count * shim::dtypeBytes(datatype), stream);
-    return shim::submit(comm, what, static_cast<double>(count * shim::dtypeBytes(datatype)), [=] {
-      return tideAlltoAll(sendbuff, recvbuff, count, td(datatype), comm->tide, nullptr);
-    });
+    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] { return tideAlltoAll(st->in(), st->out(), count, td(datatype), comm->tide, nullptr); },
+        st);
   });
 }
 SHIM_ALIAS(ncclAlltoAll)
 
+namespace {
+
 // Gather and Scatter: point-to-point in one Tide group (nested inside the
 // caller's group when there is one); the root's own block goes to itself.
+// `send`/`recv` are what Tide sees (host copies when staged); in place when
+// the root's own block of the big buffer is the small one.
+tideResult_t gatherScatter(bool gather, const void* send, void* recv, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm) {
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  int n = 0, me = 0;
+  tideCommCount(comm->tide, &n);
+  tideCommUserRank(comm->tide, &me);
+  if (root < 0 || root >= n) return tideInvalidArgument;
+  tideResult_t res = tideGroupStart();
+  if (res != tideSuccess) return res;
+  const bool isRoot = me == root;
+  // The big buffer: gathered into at the root (recv), scattered from (send).
+  auto block = [&](int p) -> char* {
+    char* big =
+        gather ? static_cast<char*>(recv) : const_cast<char*>(static_cast<const char*>(send));
+    return big + static_cast<size_t>(p) * bytes;
+  };
+  const void* small = gather ? send : recv;
+  if (isRoot) {
+    for (int p = 0; p < n && res == tideSuccess; ++p) {
+      if (p == me && block(p) == small) continue;  // in place
+      res = gather ? tideRecv(block(p), count, td(datatype), p, comm->tide, nullptr)
+                   : tideSend(block(p), count, td(datatype), p, comm->tide, nullptr);
+    }
+  }
+  if (res == tideSuccess && !(isRoot && block(me) == small)) {
+    res = gather ? tideSend(send, count, td(datatype), root, comm->tide, nullptr)
+                 : tideRecv(recv, count, td(datatype), root, comm->tide, nullptr);
+  }
+  const tideResult_t end = tideGroupEnd();
+  return res != tideSuccess ? res : end;
+}
+
+ncclResult_t gatherScatterCall(bool gather, const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream) {
+  const char* what = gather ? "ncclGather" : "ncclScatter";
+  return shim::guarded(comm, what, [&]() -> ncclResult_t {
+    const size_t bytes = count * shim::dtypeBytes(datatype);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, recvbuff, stream,
+        [=](shim::Staging& s, int rank, int n) {
+          const size_t big = bytes * static_cast<size_t>(n);
+          if (gather) {
+            s.input(sendbuff, bytes);
+            if (rank == root) s.output(recvbuff, big);
+          } else {
+            if (rank == root) s.input(sendbuff, big);
+            s.output(recvbuff, bytes);
+          }
+        },
+        &rt);
+    if (r != ncclSuccess) return r;
+    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] { return gatherScatter(gather, st->in(), st->out(), count, datatype, root, comm); },
+        st);
+  });
+}
+
+}  // namespace
+
 SHIM_API ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                   ncclDataType_t datatype, int root, ncclComm_t comm,
                                   cudaStream_t stream) {
-  return shim::guarded(comm, "ncclGather", [&]() -> ncclResult_t {
-    const char* what = "ncclGather";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
-    if (r != ncclSuccess) return r;
-    if (local)
-      return localCopy(comm, what, recvbuff, sendbuff, count * shim::dtypeBytes(datatype), stream);
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    return shim::submit(comm, what, static_cast<double>(bytes), [=]() -> tideResult_t {
-      int n = 0, me = 0;
-      tideCommCount(comm->tide, &n);
-      tideCommUserRank(comm->tide, &me);
-      if (root < 0 || root >= n) return tideInvalidArgument;
-      tideResult_t res = tideGroupStart();
-      if (res != tideSuccess) return res;
-      if (me == root) {
-        for (int p = 0; p < n && res == tideSuccess; ++p) {
-          char* dst = static_cast<char*>(recvbuff) + static_cast<size_t>(p) * bytes;
-          if (p == me && dst == sendbuff) continue;  // in place
-          res = tideRecv(dst, count, td(datatype), p, comm->tide, nullptr);
-        }
-      }
-      const bool inPlace =
-          me == root && static_cast<char*>(recvbuff) + static_cast<size_t>(me) * bytes == sendbuff;
-      if (res == tideSuccess && !inPlace) {
-        res = tideSend(sendbuff, count, td(datatype), root, comm->tide, nullptr);
-      }
-      const tideResult_t end = tideGroupEnd();
-      return res != tideSuccess ? res : end;
-    });
-  });
+  return gatherScatterCall(true, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 SHIM_ALIAS(ncclGather)
 
 SHIM_API ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                    ncclDataType_t datatype, int root, ncclComm_t comm,
                                    cudaStream_t stream) {
-  return shim::guarded(comm, "ncclScatter", [&]() -> ncclResult_t {
-    const char* what = "ncclScatter";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, recvbuff, stream, &local);
-    if (r != ncclSuccess) return r;
-    if (local)
-      return localCopy(comm, what, recvbuff, sendbuff, count * shim::dtypeBytes(datatype), stream);
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    return shim::submit(comm, what, static_cast<double>(bytes), [=]() -> tideResult_t {
-      int n = 0, me = 0;
-      tideCommCount(comm->tide, &n);
-      tideCommUserRank(comm->tide, &me);
-      if (root < 0 || root >= n) return tideInvalidArgument;
-      tideResult_t res = tideGroupStart();
-      if (res != tideSuccess) return res;
-      const char* own = static_cast<const char*>(sendbuff) + static_cast<size_t>(me) * bytes;
-      if (me == root) {
-        for (int p = 0; p < n && res == tideSuccess; ++p) {
-          const char* src = static_cast<const char*>(sendbuff) + static_cast<size_t>(p) * bytes;
-          if (p == me && src == recvbuff) continue;  // in place
-          res = tideSend(src, count, td(datatype), p, comm->tide, nullptr);
-        }
-      }
-      if (res == tideSuccess && !(me == root && own == recvbuff)) {
-        res = tideRecv(recvbuff, count, td(datatype), root, comm->tide, nullptr);
-      }
-      const tideResult_t end = tideGroupEnd();
-      return res != tideSuccess ? res : end;
-    });
-  });
+  return gatherScatterCall(false, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 SHIM_ALIAS(ncclScatter)
 
@@ -404,15 +456,18 @@ SHIM_API ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType
                                 int peer, ncclComm_t comm, cudaStream_t stream) {
   return shim::guarded(comm, "ncclSend", [&]() -> ncclResult_t {
     const char* what = "ncclSend";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, sendbuff, nullptr, stream, &local);
+    const size_t bytes = count * shim::dtypeBytes(datatype);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, sendbuff, nullptr, stream,
+        [=](shim::Staging& s, int, int) { s.input(sendbuff, bytes); }, &rt);
     if (r != ncclSuccess) return r;
-    if (local)
-      return localSendRecv(comm, what, true, const_cast<void*>(sendbuff),
-                           count * shim::dtypeBytes(datatype), stream);
-    return shim::submit(comm, what, static_cast<double>(count * shim::dtypeBytes(datatype)), [=] {
-      return tideSend(sendbuff, count, td(datatype), peer, comm->tide, nullptr);
-    });
+    if (rt.local)
+      return localSendRecv(comm, what, true, const_cast<void*>(sendbuff), bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] { return tideSend(st->in(), count, td(datatype), peer, comm->tide, nullptr); }, st);
   });
 }
 SHIM_ALIAS(ncclSend)
@@ -421,14 +476,17 @@ SHIM_API ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t dat
                                 ncclComm_t comm, cudaStream_t stream) {
   return shim::guarded(comm, "ncclRecv", [&]() -> ncclResult_t {
     const char* what = "ncclRecv";
-    bool local = false;
-    ncclResult_t r = checkArgs(comm, what, datatype, nullptr, recvbuff, stream, &local);
+    const size_t bytes = count * shim::dtypeBytes(datatype);
+    Route rt;
+    ncclResult_t r = route(
+        comm, what, datatype, nullptr, recvbuff, stream,
+        [=](shim::Staging& s, int, int) { s.output(recvbuff, bytes); }, &rt);
     if (r != ncclSuccess) return r;
-    if (local)
-      return localSendRecv(comm, what, false, recvbuff, count * shim::dtypeBytes(datatype), stream);
-    return shim::submit(comm, what, static_cast<double>(count * shim::dtypeBytes(datatype)), [=] {
-      return tideRecv(recvbuff, count, td(datatype), peer, comm->tide, nullptr);
-    });
+    if (rt.local) return localSendRecv(comm, what, false, recvbuff, bytes, stream);
+    auto st = rt.st;
+    return shim::submit(
+        comm, what, static_cast<double>(bytes),
+        [=] { return tideRecv(st->out(), count, td(datatype), peer, comm->tide, nullptr); }, st);
   });
 }
 SHIM_ALIAS(ncclRecv)

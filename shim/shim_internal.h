@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -87,9 +88,14 @@ void deferOp(Deferred fn, double bytes);
 // estimates) the recorded work. Returns the first error.
 ncclResult_t groupPop(ncclSimInfo_t* simulate);
 
-// Runs `op` now, or records it when inside a group.
+class Staging;  // shim/staging.h
+
+// Runs `op` now, or records it when inside a group. With `staging`, its
+// pull() runs right before `op` and its push() after `op` completed (at the
+// outermost group end when inside a group, once every operation finished).
 ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
-                    std::function<tideResult_t()> op);
+                    std::function<tideResult_t()> op,
+                    std::shared_ptr<Staging> staging = nullptr);
 
 // ---- Helpers ------------------------------------------------------------------
 size_t dtypeBytes(ncclDataType_t t);  // 0 when invalid

@@ -13,6 +13,7 @@
 
 #include "cuda/cuda_loader.h"
 #include "shim/shim_internal.h"
+#include "shim/staging.h"
 
 namespace tide::shim {
 namespace {
@@ -24,6 +25,7 @@ struct Group {
   int depth = 0;
   std::vector<Deferred> inits;
   std::vector<Deferred> ops;
+  std::vector<Deferred> posts;  // staged results to copy back after the ops
   double bytes = 0;
 };
 thread_local Group tGroup;
@@ -216,26 +218,38 @@ ncclResult_t groupPop(ncclSimInfo_t* simulate) {
   if (r != tideSuccess && r != tideInProgress && result == ncclSuccess) {
     result = fromTide(nullptr, r, "ncclGroupEnd");
   }
+  // Staged device results: only when every operation succeeded.
+  for (Deferred& post : g.posts) {
+    if (result != ncclSuccess) break;
+    result = post();
+  }
   return result;
 }
 
 ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
-                    std::function<tideResult_t()> op) {
+                    std::function<tideResult_t()> op, std::shared_ptr<Staging> staging) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", what);
   if (!inGroup() && (comm->initState != ncclSuccess || comm->tide == nullptr)) {
     return fail(comm, ncclInvalidUsage, "%s: communicator is not initialised", what);
   }
-  Deferred run = [comm, what, op = std::move(op)]() -> ncclResult_t {
+  Deferred run = [comm, what, op = std::move(op), staging]() -> ncclResult_t {
     if (comm->tide == nullptr) {
       return fail(comm, ncclInvalidUsage, "%s: communicator creation failed", what);
+    }
+    if (staging != nullptr) {
+      const ncclResult_t pulled = staging->pull();
+      if (pulled != ncclSuccess) return pulled;
     }
     return fromTide(comm, op(), what);
   };
   if (inGroup()) {
     deferOp(std::move(run), bytes);
+    if (staging != nullptr) tGroup.posts.push_back([staging] { return staging->push(); });
     return ncclSuccess;
   }
-  return run();
+  const ncclResult_t r = run();
+  if (r != ncclSuccess || staging == nullptr) return r;
+  return staging->push();
 }
 
 }  // namespace tide::shim
