@@ -186,6 +186,39 @@ TEST(ShmFifo, SizeMismatchIsAnError) {
   EXPECT_EQ(rop.off, 48u);
 }
 
+// A piece tagged by another call fails the receive before any byte lands;
+// a zero tag on either side is not checked.
+TEST(ShmFifo, TagMismatchIsInvalidUsage) {
+  FifoMem f(4, 64);
+  char data[100];
+  std::memset(data, 0x5a, sizeof(data));
+  SendOp sop{data, 100, 0, 1};
+  sop.tag = 0x1234;
+  shm::pushMessage(f.view, sop);
+  std::vector<char> buf(100, 0x11);
+  RecvOp rop;
+  rop.buf = buf.data();
+  rop.bytes = 100;
+  rop.seq = 1;
+  rop.tag = 0x4321;
+  rop.peer = 3;
+  size_t slots = 0;
+  Status st = shm::pullMessage(f.view, rop, &slots);
+  EXPECT_EQ(st.code(), tideInvalidUsage);
+  EXPECT_NE(st.message().find("mismatched operation: message 1 from rank 3"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(slots, 0u);
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](char c) { return c == 0x11; }));
+  rop.tag = 0;  // unchecked receive
+  ASSERT_TRUE(shm::pullMessage(f.view, rop, &slots).ok());
+  EXPECT_TRUE(rop.done());
+  EXPECT_EQ(buf[99], 0x5a);
+  // Small messages keep data and flag in one cache line.
+  SendOp small{data, 48, 0, 2};
+  small.tag = 7;
+  EXPECT_EQ(shm::pushMessage(f.view, small), 1u);
+}
+
 // ---- Two ranks over a socketpair -----------------------------------------------
 
 bool fullIo(int fd, void* p, size_t n, bool write) {
@@ -238,8 +271,10 @@ class PairContext final : public SetupContext {
   Doorbell* doorbell() const override { return bell_ != nullptr ? bell_ : &own_; }
   const std::atomic<bool>& abortFlag() const override { return abort_; }
   int timeoutSeconds() const override { return 30; }
+  const uint32_t* opTag(int channel) const override { return &tags[channel]; }
 
   int collectives = 0;
+  uint32_t tags[kNumChannels] = {};  // operation tags the connections read
 
  private:
   int fd_;
@@ -589,6 +624,47 @@ TEST(ShmTransport, MismatchedMessagesAreAnError) {
     }
     return std::string();
   });
+}
+
+// Ranks tag their posts differently (two different collectives): the
+// receiver fails with invalid usage, on the FIFO path and the single-copy
+// path, and writes nothing.
+TEST(ShmTransport, MismatchedTagsAreInvalidUsage) {
+  for (size_t bytes : {size_t{1000}, size_t{4} << 20}) {
+    runProcesses(newPrefix(), [&](PairContext& ctx, Conns& conns) -> std::string {
+      uint64_t t = 0;
+      ctx.tags[0] = ctx.rank() == 0 ? 0xabcd0001u : 0xabcd0002u;
+      std::vector<char> buf(bytes, 0x11);
+      if (ctx.rank() == 1) {
+        if (!conns[0]->postSend(buf.data(), bytes, &t).ok()) return std::string("post");
+        (void)drive(ctx, conns, 1);  // never acked on the single-copy path
+        return std::string();
+      }
+      if (!conns[0]->postRecv(buf.data(), bytes, nullptr, &t).ok()) return std::string("post");
+      bool moved = false;
+      auto deadline = Clock::now() + std::chrono::seconds(10);
+      Status st;
+      while (st.ok() && Clock::now() < deadline) {
+        st = conns[0]->progress(&moved);
+        usleep(100);
+      }
+      if (st.code() != tideInvalidUsage) return "expected invalid usage, got: " + st.message();
+      if (st.message().find("from rank 1") == std::string::npos) return "no rank: " + st.message();
+      for (char c : buf) {
+        if (c != 0x11) return std::string("wrote the receive buffer");
+      }
+      return std::string();
+    });
+  }
+}
+
+// Large messages with single copy turned off go through the FIFO.
+TEST(ShmTransport, TwoProcessesWithoutSingleCopy) {
+  setenv("TIDE_SHM_CMA", "0", 1);
+  std::string prefix = newPrefix();
+  runProcesses(prefix, [](PairContext& ctx, Conns& conns) { return exchange(ctx, conns, kSizes); });
+  unsetenv("TIDE_SHM_CMA");
+  EXPECT_EQ(leftovers(prefix), 0);
 }
 
 // One direction, 64 MiB messages; prints the receiver's throughput.

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,7 +22,7 @@
 namespace tide::shm {
 
 constexpr uint64_t kSegMagic = 0x316d687365646974ULL;  // "tideshm1"
-constexpr uint32_t kSegVersion = 2;  // 2: in-slot headers (fifo.h)
+constexpr uint32_t kSegVersion = 3;  // 3: tags in slot headers, rendezvous ack line (fifo.h)
 
 struct SegHeader {
   uint64_t magic;
@@ -30,7 +31,9 @@ struct SegHeader {
   int32_t pid;  // getpid() of the owner, in its pid namespace
   uint32_t nfifos;
   uint32_t slots;
-  uint32_t pad;
+  // Set (never cleared) by the owner when one of its connections failed: its
+  // peers stop waiting for it instead of running into the timeout.
+  std::atomic<uint32_t> failed;
   uint64_t slotSize;
   uint64_t totalBytes;
   uint64_t pidNsInode;  // inode of the owner's /proc/self/ns/pid (0: unknown)

@@ -7,13 +7,20 @@
 // name, so nothing stays in /dev/shm, whoever dies when. Data: the sender copies pieces into the FIFO
 // in the receiver's segment and rings the receiver's doorbell; the receiver
 // copies (or reduces) out of the slots and rings the sender's doorbell to
-// report free space.
+// report free space. Messages of at least TIDE_SHM_CMA_MIN bytes travel with
+// one copy instead (fifo.h, rendezvous): the sender posts a descriptor, the
+// receiver reads the bytes out of the sender's memory (process_vm_readv) and
+// acks; the send completes at the ack. Setup probes process_vm_readv between
+// every pair; a pair uses it only when both of its ranks could reach all
+// their peers with it (the two sides agree without another exchange).
+// Every slot carries the sender's operation tag (SetupContext::opTag).
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +34,7 @@
 #include "core/log.h"
 #include "core/registry.h"
 #include "core/transport.h"
+#include "transports/shm/cma.h"
 #include "transports/shm/fifo.h"
 #include "transports/shm/segment.h"
 
@@ -38,6 +46,9 @@ constexpr int kPriority = 10;
 // an executor that sleeps on its doorbell between calls makes few of them;
 // the coarse clock costs a few nanoseconds.
 constexpr uint32_t kIdleCallsPerClockRead = 16;
+// Bounce buffer of single-copy reducing receives: stays in L2 while the
+// kernel reduces it.
+constexpr size_t kBounceBytes = 256u << 10;
 
 // A descriptor that becomes readable when process `pid` exits (pidfd), or -1
 // when the kernel has none (then kill(pid, 0) is the fallback).
@@ -71,7 +82,14 @@ int64_t coarseNs() {
 struct SegRecord {
   uint32_t state = 0;  // kNone, kReady or kFailed
   uint32_t pad = 0;
+  uint64_t probeAddr = 0;  // cmaProbeAddress() of the owner (0: single copy off)
+  uint64_t probeValue = 0;
   char name[120] = {};
+};
+// What each rank reports after mapping its peers' segments.
+struct SetupResult {
+  uint8_t ok = 0;
+  uint8_t cmaAll = 0;  // process_vm_readv works from this rank to every shm peer
 };
 constexpr uint32_t kNone = 0;
 constexpr uint32_t kReady = 1;
@@ -79,14 +97,22 @@ constexpr uint32_t kFailed = 2;
 
 class ShmConnection final : public Connection {
  public:
-  // `livePid`: process to probe when the peer stalls (0: never probe);
-  // `checkNs`: stall before a probe.
-  ShmConnection(int peerRank, int livePid, int64_t checkNs, std::shared_ptr<Mapping> own,
+  // Options of one connection, fixed at setup.
+  struct Options {
+    int livePid = 0;      // process to probe when the peer stalls (0: never probe)
+    int64_t checkNs = 0;  // stall before a probe
+    size_t cmaMin = 0;    // smallest message sent with one copy (0: never)
+    const uint32_t* tagWord = nullptr;  // the channel's operation tag, or null
+  };
+  ShmConnection(int peerRank, const Options& o, std::shared_ptr<Mapping> own,
                 std::shared_ptr<Mapping> peer, FifoView send, FifoView recv)
       : peerRank_(peerRank),
-        livePid_(livePid),
-        pidFd_(livePid > 0 ? openPidFd(livePid) : -1),
-        checkNs_(checkNs),
+        livePid_(o.livePid),
+        pidFd_(o.livePid > 0 ? openPidFd(o.livePid) : -1),
+        checkNs_(o.checkNs),
+        cmaMin_(o.cmaMin),
+        tagWord_(o.tagWord),
+        myPid_(static_cast<int32_t>(getpid())),
         own_(std::move(own)),
         peer_(std::move(peer)),
         peerBell_(&peer_->header()->doorbell),
@@ -106,15 +132,24 @@ class ShmConnection final : public Connection {
     // Every post, empty ones included, takes a message number.
     const uint32_t seq = static_cast<uint32_t>(sendsPosted_);
     if (bytes == 0 && sends_.empty()) {
-      ++sendsDone_;
+      ++sendsPushed_;
+      updateSendsDone();
       return Status::Ok();
     }
     SendOp op{static_cast<const char*>(buf), bytes, 0, seq};
-    // Fast path: nothing queued ahead and room in the FIFO; the message goes
-    // out now (the caller may never call progress() for a completed send).
-    if (sends_.empty() && bytes <= sendFifo_.capacity() && error_.ok()) {
+    op.tag = tagWord_ != nullptr ? *tagWord_ : 0;
+    if (cmaMin_ > 0 && bytes >= cmaMin_) {
+      cmaPrepareSource(buf, bytes);
+      op.rendezvous = true;
+      op.pid = myPid_;
+      op.msgNum = sendsPosted_;
+    }
+    // Fast path: nothing queued ahead and room in the FIFO; the message (or
+    // its descriptor) goes out now (the caller may never call progress() for
+    // a completed send).
+    if (sends_.empty() && (op.rendezvous || bytes <= sendFifo_.capacity()) && error_.ok()) {
       if (pushMessage(sendFifo_, op) > 0) {
-        ++sendsDone_;
+        pushed(op);
         peerBell_->ring();
         return Status::Ok();
       }
@@ -144,9 +179,18 @@ class ShmConnection final : public Connection {
     op.buf = static_cast<char*>(buf);
     op.bytes = bytes;
     op.seq = seq;
+    op.tag = tagWord_ != nullptr ? *tagWord_ : 0;
+    op.peer = peerRank_;
     if (rr != nullptr) {
       op.reduce = true;
       op.rr = *rr;
+      if (cmaMin_ > 0 && bytes > 0) {
+        // The sender decides which path a message takes. Allocated once (queued receives keep pointers into it); an element
+        // larger than the buffer gets none and its receive fails.
+        if (bounce_.empty()) bounce_.resize(kBounceBytes);
+        op.bounce = bounce_.data();
+        op.bounceBytes = bounce_.size() / rr->elemSize * rr->elemSize;
+      }
     }
     recvs_.push_back(std::move(op));
     return Status::Ok();
@@ -160,17 +204,29 @@ class ShmConnection final : public Connection {
       SendOp& op = sends_.front();
       if (pushMessage(sendFifo_, op) > 0) wake = true;
       if (!op.done()) break;
+      pushed(op);
       sends_.pop_front();
-      ++sendsDone_;
       any = true;
+    }
+    if (!acks_.empty()) {
+      const uint64_t acked = sendFifo_.rendezvousAcked();
+      while (!acks_.empty() && acks_.front() <= acked) {
+        acks_.pop_front();
+        any = true;
+      }
+      updateSendsDone();
     }
     while (!recvs_.empty()) {
       RecvOp& op = recvs_.front();
       size_t slots = 0;
-      Status st = pullMessage(recvFifo_, op, &slots);
-      if (slots > 0) wake = true;
+      bool acked = false;
+      const size_t before = op.off;
+      Status st = pullMessage(recvFifo_, op, &slots, &acked);
+      if (slots > 0 || acked) wake = true;
+      if (op.off != before) any = true;  // a single-copy pull in progress moved bytes
       if (!st.ok()) {
         error_ = st;
+        markFailed();
         break;
       }
       if (!op.done()) break;
@@ -194,13 +250,25 @@ class ShmConnection final : public Connection {
 
   uint64_t sendsDone() const override { return sendsDone_; }
   uint64_t recvsDone() const override { return recvsDone_; }
-  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+  bool busy() const override { return !sends_.empty() || !recvs_.empty() || !acks_.empty(); }
 
  private:
+  // Called when every slot of `op` is in the FIFO; a rendezvous send waits
+  // for its ack.
+  void pushed(const SendOp& op) {
+    ++sendsPushed_;
+    if (op.rendezvous) acks_.push_back(op.msgNum);
+    updateSendsDone();
+  }
+  // Sends complete in order: all pushed ones before the oldest unacked.
+  void updateSendsDone() {
+    sendsDone_ = acks_.empty() ? sendsPushed_ : acks_.front() - 1;
+  }
+
   // Called on every idle progress(); reads the clock rarely and probes the
   // peer process at most once per kLivenessCheckNs of stall.
   Status checkPeer() {
-    if (livePid_ <= 0 || ++idleCalls_ < kIdleCallsPerClockRead) return Status::Ok();
+    if (++idleCalls_ < kIdleCallsPerClockRead) return Status::Ok();
     idleCalls_ = 0;
     int64_t now = coarseNs();
     if (idleSinceNs_ == 0) {
@@ -209,18 +277,33 @@ class ShmConnection final : public Connection {
     }
     if (now - idleSinceNs_ < checkNs_) return Status::Ok();
     idleSinceNs_ = now;
-    if (peerExited(pidFd_, livePid_)) {
+    if (livePid_ > 0 && peerExited(pidFd_, livePid_)) {
       error_ = remoteError("shm: peer rank %d (pid %d) exited while this rank was %s it", peerRank_,
                            livePid_, !recvs_.empty() ? "receiving from" : "sending to");
+      markFailed();
+      return error_;
+    }
+    if (peer_->header()->failed.load(std::memory_order_acquire) != 0) {
+      error_ = remoteError(
+          "shm: peer rank %d gave up on this communicator after an error of its own while this "
+          "rank was %s it",
+          peerRank_, !recvs_.empty() ? "receiving from" : "sending to");
+      markFailed();
       return error_;
     }
     return Status::Ok();
   }
 
+  // Tells every shm peer of this rank that it will not finish the operation.
+  void markFailed() { own_->header()->failed.store(1, std::memory_order_release); }
+
   const int peerRank_;
   const int livePid_;
   const int pidFd_;
   const int64_t checkNs_;
+  const size_t cmaMin_;
+  const uint32_t* const tagWord_;
+  const int32_t myPid_;
   std::shared_ptr<Mapping> own_;   // holds my receive FIFOs
   std::shared_ptr<Mapping> peer_;  // holds my send FIFO and the peer's doorbell
   Doorbell* peerBell_;
@@ -228,7 +311,10 @@ class ShmConnection final : public Connection {
   FifoView recvFifo_;
   std::deque<SendOp> sends_;
   std::deque<RecvOp> recvs_;
+  std::deque<uint64_t> acks_;  // message numbers of pushed rendezvous sends not yet acked
+  std::vector<unsigned char> bounce_;
   uint64_t sendsPosted_ = 0;
+  uint64_t sendsPushed_ = 0;
   uint64_t sendsDone_ = 0;
   uint64_t recvsPosted_ = 0;
   uint64_t recvsDone_ = 0;
@@ -298,6 +384,10 @@ class ShmTransport final : public Transport {
         }
         std::snprintf(mine.name, sizeof(mine.name), "%s", ownName.c_str());
         mine.state = kReady;
+        if (knobBool(Knob::ShmCma)) {
+          mine.probeAddr = cmaProbeAddress();
+          mine.probeValue = cmaProbeValue();
+        }
       } else {
         mine.state = kFailed;
       }
@@ -340,12 +430,25 @@ class ShmTransport final : public Transport {
       }
     }
 
+    // Single copy: read each peer's probe word. Only meaningful when the
+    // peer's pid is valid in this pid namespace.
+    const uint64_t myNs = pidNamespaceInode();
+    bool cmaAll = local.ok() && npeers > 0 && myNs != 0 && mine.probeAddr != 0;
+    for (size_t i = 0; i < npeers && cmaAll; ++i) {
+      const SegRecord& rec = all[static_cast<size_t>(peers[i])];
+      const SegHeader* ph = peerMaps[i]->header();
+      cmaAll = rec.probeAddr != 0 && ph->pidNsInode == myNs &&
+               cmaProbe(ph->pid, rec.probeAddr, rec.probeValue);
+    }
+
     // Everyone has mapped what it needs once this returns; it doubles as the
     // barrier after which owners unlink, and makes every rank agree on
-    // success.
-    uint8_t okByte = local.ok() ? 1 : 0;
-    std::vector<uint8_t> oks(static_cast<size_t>(nranks));
-    st = ctx.allGather(&okByte, 1, oks.data());
+    // success and on single copy.
+    SetupResult res;
+    res.ok = local.ok() ? 1 : 0;
+    res.cmaAll = cmaAll ? 1 : 0;
+    std::vector<SetupResult> oks(static_cast<size_t>(nranks));
+    st = ctx.allGather(&res, sizeof(res), oks.data());
     // Once it returns every rank has mapped what it needs (each contributed
     // after mapping), so any rank may remove every name: a peer killed right
     // after this point leaves nothing behind either.
@@ -353,7 +456,7 @@ class ShmTransport final : public Transport {
     TIDE_TRY(st);
     TIDE_TRY(local);
     for (int r = 0; r < nranks; ++r) {
-      if (oks[static_cast<size_t>(r)] == 0) {
+      if (oks[static_cast<size_t>(r)].ok == 0) {
         return remoteError("shm: rank %d failed to set up shared memory", r);
       }
     }
@@ -362,22 +465,32 @@ class ShmTransport final : public Transport {
     ctx.installDoorbell(&own->header()->doorbell);
     int64_t checkMs = knobInt(Knob::ShmLivenessMs);
     const int64_t checkNs = (checkMs < 1 ? 1 : checkMs) * 1000 * 1000;
-    const uint64_t myNs = pidNamespaceInode();
+    const size_t cmaMin = std::max<uint64_t>(knobSize(Knob::ShmCmaMin), 1);
     const int myPid = static_cast<int>(getpid());
     out->clear();
     out->reserve(npeers * kNumChannels);
+    size_t cmaPeers = 0;
     for (size_t i = 0; i < npeers; ++i) {
       const SegHeader* ph = peerMaps[i]->header();
+      ShmConnection::Options o;
       // Probe the peer only when its pid means something here.
-      int livePid = (myNs != 0 && ph->pidNsInode == myNs && ph->pid != myPid) ? ph->pid : 0;
+      o.livePid = (myNs != 0 && ph->pidNsInode == myNs && ph->pid != myPid) ? ph->pid : 0;
+      o.checkNs = checkNs;
+      const bool cma = cmaAll && oks[static_cast<size_t>(peers[i])].cmaAll != 0;
+      o.cmaMin = cma ? cmaMin : 0;
+      cmaPeers += cma ? 1 : 0;
       for (int c = 0; c < kNumChannels; ++c) {
         size_t idx = i * kNumChannels + c;
-        out->push_back(std::make_unique<ShmConnection>(peers[i], livePid, checkNs, own, peerMaps[i],
+        o.tagWord = ctx.opTag(c);
+        out->push_back(std::make_unique<ShmConnection>(peers[i], o, own, peerMaps[i],
                                                        sendFifos[idx], recvFifos[idx]));
       }
     }
-    TIDE_INFO("shm: rank %d connected to %zu peers (%u slots of %zu bytes per FIFO)", me, npeers,
-              own->header()->slots, static_cast<size_t>(own->header()->slotSize));
+    TIDE_INFO(
+        "shm: rank %d connected to %zu peers (%u slots of %zu bytes per FIFO; single copy from "
+        "%zu bytes with %zu of them)",
+        me, npeers, own->header()->slots, static_cast<size_t>(own->header()->slotSize), cmaMin,
+        cmaPeers);
     return Status::Ok();
   }
 };
