@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/config.h"
+#include "core/enqueue.h"
 #include "core/log.h"
 #include "core/probe.h"
 #include "core/registry.h"
@@ -193,6 +194,18 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
   }
   TIDE_TRY(comm->bootstrap->barrier());
   TIDE_TRY(calibrateLinks(comm));
+  if (LaneFactory makeLane = laneFactory()) {
+    LaneParams lp;
+    lp.abortFlag = &comm->abortFlag;
+    lp.timeoutSec = comm->timeoutSec;
+    lp.spinUs = comm->wait.spinUs;
+    lp.yieldUs = comm->wait.yieldUs;
+    lp.oversubscribed = oversubscribed;
+    lp.traffic = comm->traffic.get();
+    std::unique_ptr<Lane> lane;
+    TIDE_TRY(makeLane(setup, lp, &lane));
+    attachLane(comm, std::move(lane));
+  }
   if (logLevel() >= LogLevel::Info) {
     std::string summary;
     for (int p = 0; p < nranks; ++p) {
@@ -205,6 +218,7 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
 }
 
 void teardownCommunicator(tideComm* comm) {
+  detachLane(comm);
   comm->bell = &comm->privateBell;  // the shm doorbell dies with the connections
   comm->owned.clear();
   comm->conns.clear();

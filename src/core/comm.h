@@ -20,6 +20,7 @@
 
 #include "core/algorithm.h"
 #include "core/bootstrap.h"
+#include "core/lane.h"
 #include "core/executor.h"
 #include "core/status.h"
 #include "core/topology.h"
@@ -80,6 +81,9 @@ struct tideComm {
   // Tag of the operation being executed per channel (see SetupContext::opTag);
   // written and read only by the thread executing this communicator's work.
   uint32_t opTag[tide::kNumChannels] = {};
+  // Small-collective lane (core/lane.h), or null; set at the end of creation,
+  // destroyed first at teardown, when no call uses the communicator.
+  std::unique_ptr<tide::Lane> lane;
   // API calls and queued jobs currently using the communicator; abort waits
   // for it to drop to zero before freeing anything.
   std::atomic<int> users{0};

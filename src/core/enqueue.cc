@@ -4,6 +4,8 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -255,6 +257,64 @@ Status submit(std::vector<OpDesc>& ops) {
   return job->result;
 }
 
+// ---- Small-collective lane -------------------------------------------------------------
+
+Lane* laneOf(const tideComm* comm) { return comm->lane.get(); }
+
+// Runs a lane-accepted blocking collective on the calling thread, in issue
+// order: it takes a ticket like a job and first waits for every earlier job
+// of the communicator (host-stream work) to finish. Errors stick to the
+// communicator, as they do for jobs.
+Status runOnLane(tideComm* comm, Lane* lane, const OpDesc& d) {
+  LaneOp op;
+  op.args = d.args;
+  op.preScale = d.preScale;
+  op.postDiv = d.postDiv;
+  op.tag = d.tag;
+  op.seq = d.seq;
+  // Every queued job holds a user count until it is done, and this call
+  // holds one: when the count is 1, nothing of this communicator is in
+  // flight and (one issuing thread per communicator) nothing can be queued
+  // until this call returns, so issue order needs no ticket.
+  if (comm->users.load(std::memory_order_acquire) == 1) {
+    Status s = lane->run(op);
+    if (!s.ok()) {
+      comm->setAsyncError(s);
+      TIDE_WARN("%s", s.message().c_str());
+    }
+    return s;
+  }
+  uint64_t ticket;
+  bool waited = false;
+  {
+    std::unique_lock<std::mutex> lock(comm->execMu);
+    ticket = comm->nextTicket++;
+    while (comm->doneTicket < ticket && !comm->abortFlag.load()) {
+      waited = true;
+      comm->execCv.wait_for(lock, std::chrono::milliseconds(100));
+    }
+  }
+  Status s;
+  if (comm->abortFlag.load()) {
+    s = remoteError("communicator %08x was aborted", static_cast<unsigned>(comm->commHash));
+  } else if (waited) {
+    s = comm->stickyError();
+  }
+  if (s.ok()) {
+    s = lane->run(op);
+    if (!s.ok()) {
+      comm->setAsyncError(s);
+      TIDE_WARN("%s", s.message().c_str());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(comm->execMu);
+    comm->doneTicket = std::max(comm->doneTicket, ticket + 1);
+  }
+  comm->execCv.notify_all();
+  return s;
+}
+
 // ---- Validation ---------------------------------------------------------------------
 
 Status validate(tideComm* comm, CollType type, const void* sendbuff, void* recvbuff,
@@ -333,6 +393,10 @@ void parseAlgoChoice(tideComm* comm) {
   }
 }
 
+void attachLane(tideComm* comm, std::unique_ptr<Lane> lane) { comm->lane = std::move(lane); }
+
+void detachLane(tideComm* comm) { comm->lane.reset(); }
+
 Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
                void* recvbuff, size_t count, int dtype, int op, int root) {
   Status v = validate(comm, type, sendbuff, recvbuff, count, dtype, op, root);
@@ -370,7 +434,22 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
       return internalError("no %s kernel for %s", opName(static_cast<tideRedOp_t>(op)),
                            dtypeName(a.dtype));
   }
-  if (type != CollType::Send && type != CollType::Recv) {
+  const bool coll = type != CollType::Send && type != CollType::Recv;
+  auto tagOf = [&] {
+    return opTagOf(comm->collCount++, static_cast<int>(type), count, dtype, reduces(type) ? op : -1,
+                   (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
+  };
+  if (coll && stream == nullptr && tGroup.depth == 0) {
+    // Blocking and alone: the lane takes it when the shape fits (the same
+    // decision on every rank).
+    Lane* lane = laneOf(comm);
+    if (lane != nullptr && lane->accepts(a)) {
+      d.seq = comm->opCount++;
+      d.tag = tagOf();
+      return runOnLane(comm, lane, d);
+    }
+  }
+  if (coll) {
     const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
     d.algo = (forced && (!forced->supports || forced->supports(a, comm->nranks)))
                  ? forced
@@ -378,11 +457,7 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
   }
   d.seq = comm->opCount++;
-  if (d.algo != nullptr) {
-    d.tag = opTagOf(comm->collCount++, static_cast<int>(type), count, dtype,
-                    reduces(type) ? op : -1,
-                    (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
-  }
+  if (d.algo != nullptr) d.tag = tagOf();
   if (tGroup.depth > 0) {
     tGroup.ops.push_back(d);
     return Status::Ok();

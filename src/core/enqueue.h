@@ -2,8 +2,11 @@
 // host streams and issue-order execution.
 #pragma once
 
+#include <memory>
+
 #include "core/algorithm.h"
 #include "core/comm.h"
+#include "core/lane.h"
 #include "core/status.h"
 
 struct tideStream;
@@ -26,6 +29,12 @@ struct OpDesc {
 // queues it on its host stream. Inside a group it is held until GroupEnd.
 Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
                void* recvbuff, size_t count, int dtype, int op, int rootOrPeer);
+
+// The small-collective lane of a communicator (core/lane.h, tideComm::lane).
+// attachLane takes ownership; detachLane destroys it. Call only while nothing
+// uses the communicator (creation, teardown).
+void attachLane(tideComm* comm, std::unique_ptr<Lane> lane);
+void detachLane(tideComm* comm);
 
 Status groupStart();
 Status groupEnd();

@@ -45,6 +45,16 @@ void registerAlgorithm(const AlgorithmInfo* algo) { algorithmList().push_back(al
 
 const std::vector<const AlgorithmInfo*>& registeredAlgorithms() { return algorithmList(); }
 
+namespace {
+LaneFactory& laneSlot() {
+  static LaneFactory f = nullptr;
+  return f;
+}
+}  // namespace
+
+void registerLane(LaneFactory factory) { laneSlot() = factory; }
+LaneFactory laneFactory() { return laneSlot(); }
+
 }  // namespace tide
 
 // ---- Topology ---------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "core/lane.h"
 #include "core/transport.h"
 
 namespace tide {
@@ -24,6 +25,11 @@ const KernelTable* kernelsFor(MemType mem);
 
 void registerAlgorithm(const AlgorithmInfo* algo);
 const std::vector<const AlgorithmInfo*>& registeredAlgorithms();
+
+// Small-collective lane factory (core/lane.h); at most one (the last
+// registered wins). Null when none is registered.
+void registerLane(LaneFactory factory);
+LaneFactory laneFactory();
 
 struct Registrar {
   explicit Registrar(void (*fn)()) { fn(); }
