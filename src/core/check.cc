@@ -6,8 +6,10 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/algorithm.h"
 #include "core/comm.h"
 #include "core/config.h"
+#include "core/enqueue.h"
 #include "core/job.h"
 #include "core/log.h"
 #include "core/types.h"
@@ -225,6 +227,74 @@ Status checkJob(Job& job) {
     return s;
   }
   return Status::Ok();
+}
+
+namespace {
+
+constexpr uint32_t kRootMagic = 0x746f6f72u;  // "root"
+
+// The root confirmation (see runCollective).
+struct RootNote {
+  uint32_t magic;
+  uint32_t tag;  // the sender's operation tag
+  int32_t root;  // the sender's idea of the root
+  int32_t from;
+};
+static_assert(sizeof(RootNote) == 16);
+
+bool rootCheckEnabled() {
+  static const bool on = knobBool(Knob::CheckRoot);  // process-wide, read once
+  return on;
+}
+
+Task confirmRoot(ExecCtx& ctx, const OpDesc& op) {
+  const int n = ctx.nranks();
+  const int me = ctx.rank();
+  const int root = ctx.args().root;
+  const int c = (root + n - 1) % n;
+  // Scratch, not the frame: a cancelled task's frame is freed at once, the
+  // context's scratch only with the context.
+  auto* note = static_cast<RootNote*>(ctx.scratch(sizeof(RootNote)));
+  if (note == nullptr) co_return;
+  Pending p;
+  if (me == c) {
+    *note = RootNote{kRootMagic, op.tag, root, me};
+    p = ctx.send(root, note, sizeof(RootNote));
+  } else if (me == root) {
+    *note = RootNote{0, 0, -1, -1};
+    p = ctx.recv(c, note, sizeof(RootNote));
+  }
+  co_await op.algo->run(ctx);
+  co_await ctx.wait(p);
+  if (me != root || !ctx.error().ok()) co_return;
+  const char* what = collName(op.args.type);
+  const auto seq = static_cast<unsigned long long>(op.seq);
+  if (note->magic != kRootMagic) {
+    ctx.setError(invalidUsage(
+        "mismatched %s #%llu (field: root, or another): rank %d sent this root (rank %d) data "
+        "where its root confirmation was due: ranks disagree on the root or the call",
+        what, seq, c, me));
+  } else if (note->root != root || note->from != c) {
+    ctx.setError(invalidUsage(
+        "mismatched %s #%llu (field: root): rank %d uses root %d, this rank (%d) uses root %d",
+        what, seq, c, note->root, me, root));
+  } else if (note->tag != op.tag) {
+    ctx.setError(invalidUsage(
+        "mismatched %s #%llu (field: root, or count/datatype/op/sequence): rank %d confirmed "
+        "operation tag %08x, this root has %08x",
+        what, seq, c, static_cast<unsigned>(note->tag), static_cast<unsigned>(op.tag)));
+  }
+}
+
+}  // namespace
+
+Task runCollective(ExecCtx& ctx, const OpDesc& op) {
+  const CollType t = op.args.type;
+  if ((t != CollType::Broadcast && t != CollType::Reduce) || ctx.nranks() < 2 ||
+      !rootCheckEnabled()) {
+    return op.algo->run(ctx);
+  }
+  return confirmRoot(ctx, op);
 }
 
 uint32_t opTagOf(uint64_t collSeq, int coll, uint64_t count, int dtype, int op, int root) {

@@ -18,12 +18,15 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/task.h"
 
 struct tideComm;
 
 namespace tide {
 
 struct Job;
+struct OpDesc;
+class ExecCtx;
 
 // Fingerprint of one collective as exchanged between ranks.
 struct OpPrint {
@@ -55,6 +58,19 @@ Status checkJob(Job& job);
 // datatype, user-visible operator (-1 when not a reduction) and root (-1 when
 // not rooted). Pure.
 uint32_t opTagOf(uint64_t collSeq, int coll, uint64_t count, int dtype, int op, int root);
+
+// Runs `op`'s algorithm on `ctx` (whose arguments are op's). For a rooted
+// collective (Broadcast, Reduce) on two or more ranks, and unless
+// TIDE_CHECK_ROOT=0, adds a root confirmation: rank c = (root + n - 1) % n,
+// by each rank's own idea of the root, sends the root a 16-byte note
+// carrying its operation tag, posted before the algorithm's own transfers,
+// and the root receives it and waits for it. Ranks that disagree on the
+// root, or anything else in the tag, so never all return success: a root
+// receives a foreign note or data (a transport that carries operation tags
+// fails the receive; otherwise the note's content does not match and the
+// call fails with tideInvalidUsage naming "root"), or it waits for a note
+// nobody sends until the no-progress timeout. `op` must outlive the task.
+Task runCollective(ExecCtx& ctx, const OpDesc& op);
 
 // Drops the per-communicator state (called before the communicator is freed).
 void checkForget(const tideComm* comm);

@@ -35,7 +35,7 @@ Task chainTask(ExecCtx& ctx, std::vector<const OpDesc*> ops, const KernelTable* 
       a.sendbuff = tmp;
     }
     ctx.setArgs(a);
-    co_await op->algo->run(ctx);
+    co_await runCollective(ctx, *op);  // core/check.h: the algorithm (+ root confirmation)
     bool hasResult = a.type != CollType::Reduce || ctx.rank() == a.root;
     if (op->postDiv != 0 && hasResult && a.count > 0) {
       k->divide(a.recvbuff, a.recvbuff, a.count, a.dtype, op->postDiv);
@@ -174,7 +174,7 @@ Status runOpsWith(Job& job, RunPool& pool) {
       // communicator per job, so the word is this op's until then.
       if (direct) comm->opTag[kCollChannel] = only.tag;
       initItem(*coll, comm,
-               direct ? only.algo->run(*coll->ctx)
+               direct ? runCollective(*coll->ctx, only)
                       : chainTask(*coll->ctx, coll->ops, k, &comm->opTag[kCollChannel]));
       pool.items.push_back(&coll->item);
     }

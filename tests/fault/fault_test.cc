@@ -14,8 +14,10 @@
 //              no fd, thread, mapping or /dev/shm entry behind.
 #include <dirent.h>
 #include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -171,9 +173,9 @@ TEST(Shrink, Ranks4) { RunShrink(4); }
 
 // ---- Mismatched calls -------------------------------------------------------------------
 
-void RunMismatch(const char* field, bool check) {
-  ProcessRunOptions o = Opts(3, {"mismatch", field, check ? "check" : "error"});
-  o.env.emplace_back("TIDE_CHECK", check ? "1" : "0");
+void RunCheckMismatch(const char* field) {
+  ProcessRunOptions o = Opts(3, {"mismatch", field, "check"});
+  o.env.emplace_back("TIDE_CHECK", "1");
   o.timeout_ms = 30000;
   RunResult r = RunProcesses(o);
   ASSERT_TRUE(r.error.empty()) << r.error;
@@ -185,24 +187,69 @@ void RunMismatch(const char* field, bool check) {
     ErrLine e = ParseErr(rr.output);
     if (e.found && e.rc != 0) ++errors;
     if (k == 0 && e.found)
-      printf("%s, TIDE_CHECK=%d: rc %d: %s\n", field, check, e.rc, e.msg.substr(0, 300).c_str());
+      printf("%s, TIDE_CHECK=1: rc %d: %s\n", field, e.rc, e.msg.substr(0, 300).c_str());
   }
-  if (check) {
-    EXPECT_EQ(errors, 3) << "every rank must report the mismatch";
-  } else {
-    EXPECT_GE(errors, 1) << "a mismatch went unnoticed on every rank";
-  }
+  EXPECT_EQ(errors, 3) << "every rank must report the mismatch";
 }
 
-TEST(Mismatch, CheckCount) { RunMismatch("count", true); }
-TEST(Mismatch, CheckDatatype) { RunMismatch("datatype", true); }
-TEST(Mismatch, CheckRoot) { RunMismatch("root", true); }
-TEST(Mismatch, CheckOp) { RunMismatch("op", true); }
-TEST(Mismatch, CheckCollective) { RunMismatch("collective", true); }
-TEST(Mismatch, NoCheckCount) { RunMismatch("count", false); }
-TEST(Mismatch, NoCheckDatatype) { RunMismatch("datatype", false); }
-TEST(Mismatch, NoCheckRoot) { RunMismatch("root", false); }
-TEST(Mismatch, NoCheckCollective) { RunMismatch("collective", false); }
+TEST(Mismatch, CheckCount) { RunCheckMismatch("count"); }
+TEST(Mismatch, CheckDatatype) { RunCheckMismatch("datatype"); }
+TEST(Mismatch, CheckDatatypeSize) { RunCheckMismatch("datatype_size"); }
+TEST(Mismatch, CheckRoot) { RunCheckMismatch("root"); }
+TEST(Mismatch, CheckOp) { RunCheckMismatch("op"); }
+TEST(Mismatch, CheckCollective) { RunCheckMismatch("collective"); }
+
+// Without TIDE_CHECK the last rank makes a different call (fault_worker
+// mismatchMode: count x2, float32 vs int32, float32 vs float64, sum vs max,
+// root 0 vs 1, All-Reduce vs Broadcast from 0), then every rank makes one
+// plain All-Reduce (the later call). Required on every rank: no crash, no
+// hang, no call that returns success with wrong data, and the mismatched call
+// or the later call fails. Ranks in `failFirst` must fail the mismatched call
+// itself: all of them wherever every rank receives from a peer that
+// disagrees (operation tags on the data; the root confirmation for two roots).
+void RunNoCheckMismatch(const char* field, int nranks, const std::vector<int>& failFirst) {
+  ProcessRunOptions o = Opts(nranks, {"mismatch", field, "error"});
+  o.env.emplace_back("TIDE_CHECK", "0");
+  o.timeout_ms = 40000;
+  RunResult r = RunProcesses(o);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_FALSE(r.timed_out) << r.Describe();
+  int invalidUsage = 0;
+  for (int k = 0; k < nranks; ++k) {
+    const RankResult& rr = r.ranks[k];
+    EXPECT_TRUE(rr.ok()) << "rank " << k << "\n" << r.Describe() << rr.output;
+    EXPECT_EQ(rr.term_signal, 0) << "rank " << k << " crashed\n" << rr.output;
+    std::string calls;
+    ASSERT_TRUE(FindLine(rr.output, "CALLS", &calls)) << "rank " << k << "\n" << rr.output;
+    int rc1 = -1, rc2 = -1, ok1 = 0, ok2 = 0;
+    ASSERT_EQ(sscanf(calls.c_str(), "%d %d %d %d", &rc1, &rc2, &ok1, &ok2), 4) << calls;
+    ErrLine e = ParseErr(rr.output);
+    std::string later;
+    FindLine(rr.output, "T_LATER", &later);
+    printf("%s %s %d ranks: rank %d: mismatched call rc %d (%s), later call rc %d (%s)\n",
+           Tcp() ? "tcp" : "shm", field, nranks, k, rc1, e.msg.substr(0, 220).c_str(), rc2,
+           later.substr(0, 160).c_str());
+    if (rc1 == 5 /* tideInvalidUsage */) ++invalidUsage;
+    EXPECT_TRUE(rc1 != 0 || rc2 != 0) << "rank " << k << ": both calls succeeded\n" << rr.output;
+    EXPECT_TRUE(rc1 != 0 || ok1) << "rank " << k << ": success with wrong data\n" << rr.output;
+    EXPECT_TRUE(rc2 != 0 || ok2) << "rank " << k << ": later call: wrong data\n" << rr.output;
+    if (std::find(failFirst.begin(), failFirst.end(), k) != failFirst.end()) {
+      EXPECT_NE(rc1, 0) << "rank " << k << " must fail the mismatched call\n" << rr.output;
+    }
+  }
+  EXPECT_GE(invalidUsage, 1) << "no rank named the mismatch (tideInvalidUsage)";
+}
+
+TEST(Mismatch, NoCheckCount) { RunNoCheckMismatch("count", 3, {0, 1, 2}); }
+TEST(Mismatch, NoCheckDatatype) { RunNoCheckMismatch("datatype", 3, {0, 1, 2}); }
+TEST(Mismatch, NoCheckDatatypeSize) { RunNoCheckMismatch("datatype_size", 3, {0, 1, 2}); }
+TEST(Mismatch, NoCheckOp) { RunNoCheckMismatch("op", 3, {0, 1, 2}); }
+TEST(Mismatch, NoCheckCollective) { RunNoCheckMismatch("collective", 3, {0, 1, 2}); }
+TEST(Mismatch, NoCheckTwoRoots) { RunNoCheckMismatch("root", 2, {0, 1}); }
+// 8 bytes: each root only sends its data; the root confirmation fails both.
+TEST(Mismatch, NoCheckTwoRootsSmall) { RunNoCheckMismatch("root_small", 2, {0, 1}); }
+// Rank 1 agrees with root 0 and gets its data: it may succeed, its later call fails.
+TEST(Mismatch, NoCheckRoot3) { RunNoCheckMismatch("root", 3, {0, 2}); }
 
 // ---- A rank killed during init -----------------------------------------------------------
 

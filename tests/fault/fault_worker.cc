@@ -4,18 +4,22 @@
 //   fault_worker kill   <victim> <delay_ms> <count>   victim SIGKILLs itself
 //   fault_worker stop   <victim> <delay_ms> <count>   victim SIGSTOPs itself
 //   fault_worker shrink <victim> <delay_ms> <count>   kill, then shrink and verify
-//   fault_worker mismatch <field> <expect>            one rank calls differently
+//   fault_worker mismatch <field> check|error         the last rank calls differently
 //   fault_worker loop   <count> <iters>               plain All-Reduces, checked
 //
 // Output lines the test parses (times are CLOCK_REALTIME milliseconds):
 //   T_FAULT <ms>                   the victim, right before the signal
 //   T_ERR <ms> <rc> <message>      a survivor, when its call failed
+//   T_LATER <ms> <rc> <message>    mismatch without check: the later call
+//   CALLS <rc1> <rc2> <ok1> <ok2>   mismatch without check: both results and
+//                                  whether each call's data was right
 //   RESULT ok|<why>
 // Exit status 0 means the rank saw what its mode demands.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -157,46 +161,120 @@ int faultMode(const char* mode, tideComm_t comm, int rank, int nranks, char** ar
   return 0;
 }
 
+// A call of the mismatch mode; mismatchedCall() sets the one of `field` that
+// the last rank (odd) makes differently: count (x2), datatype (float32 vs
+// int32, same size), datatype_size (float32 vs float64), op (sum vs max),
+// root (0 vs 1: with 2 ranks two roots; root_small: the same with 8 bytes),
+// collective (All-Reduce vs Broadcast from 0).
+struct Call {
+  bool bcast = false;
+  int root = 0;
+  size_t count = 4096;
+  tideDataType_t dtype = tideFloat;
+  tideRedOp_t op = tideSum;
+};
+
+bool mismatchedCall(const char* field, bool odd, Call* c) {
+  if (strcmp(field, "count") == 0) {
+    if (odd) c->count *= 2;
+  } else if (strcmp(field, "datatype") == 0) {
+    if (odd) c->dtype = tideInt32;
+  } else if (strcmp(field, "datatype_size") == 0) {
+    if (odd) c->dtype = tideDouble;
+  } else if (strcmp(field, "root") == 0) {
+    c->bcast = true;
+    c->root = odd ? 1 : 0;
+  } else if (strcmp(field, "root_small") == 0) {  // 8 bytes: a flat broadcast
+    c->bcast = true;
+    c->root = odd ? 1 : 0;
+    c->count = 2;
+  } else if (strcmp(field, "op") == 0) {
+    if (odd) c->op = tideMax;
+  } else if (strcmp(field, "collective") == 0) {
+    c->bcast = odd;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Runs `c` with inputs input(rank, i) in c.dtype; returns its result and sets
+// *dataOk to whether the output is what `c` asks for when every rank makes
+// the same call (only meaningful on success).
+tideResult_t runCall(tideComm_t comm, int rank, int nranks, const Call& c, bool* dataOk) {
+  std::vector<double> in(c.count), out(c.count, -7);
+  std::vector<float> inF(c.count), outF(c.count, -7);
+  std::vector<int32_t> inI(c.count), outI(c.count, -7);
+  for (size_t i = 0; i < c.count; ++i) {
+    in[i] = input(rank, i);
+    inF[i] = input(rank, i);
+    inI[i] = static_cast<int32_t>(input(rank, i));
+  }
+  void* sb = c.dtype == tideDouble  ? static_cast<void*>(in.data())
+             : c.dtype == tideInt32 ? static_cast<void*>(inI.data())
+                                    : static_cast<void*>(inF.data());
+  void* rb = c.dtype == tideDouble  ? static_cast<void*>(out.data())
+             : c.dtype == tideInt32 ? static_cast<void*>(outI.data())
+                                    : static_cast<void*>(outF.data());
+  tideResult_t rc = c.bcast ? tideBroadcast(sb, rb, c.count, c.dtype, c.root, comm, nullptr)
+                            : tideAllReduce(sb, rb, c.count, c.dtype, c.op, comm, nullptr);
+  *dataOk = true;
+  for (size_t i = 0; i < c.count && *dataOk; ++i) {
+    double want = 0;
+    if (c.bcast) {
+      want = input(c.root, i);
+    } else {
+      for (int r = 0; r < nranks; ++r) {
+        double v = input(r, i);
+        want = c.op == tideMax ? (r == 0 ? v : std::max(want, v)) : want + v;
+      }
+    }
+    double got = c.dtype == tideDouble  ? out[i]
+                 : c.dtype == tideInt32 ? static_cast<double>(outI[i])
+                                        : static_cast<double>(outF[i]);
+    *dataOk = got == want;
+  }
+  return rc;
+}
+
 // One rank (the last) differs in `field`; `expect` is "check" (TIDE_CHECK=1:
 // tideInvalidUsage naming the field on every rank, then the communicator
-// still works) or "error" (no check: some error, no crash, no hang).
+// still works) or "error" (no check: the mismatched call or the later
+// All-Reduce must fail, no call may succeed with wrong data, no crash, no
+// hang; prints "CALLS <rc mismatched> <rc later> <data ok 1> <data ok 2>").
 int mismatchMode(tideComm_t comm, int rank, int nranks, const char* field, bool check) {
-  const bool odd = rank == nranks - 1;
-  size_t count = 4096;
-  std::vector<char> in(count * 8 * nranks, 1), out(count * 8 * nranks, 0);
-  tideResult_t rc;
-  if (strcmp(field, "count") == 0) {
-    rc = tideAllReduce(in.data(), out.data(), odd ? count * 2 : count, tideFloat, tideSum, comm,
-                       nullptr);
-  } else if (strcmp(field, "datatype") == 0) {
-    rc = tideAllReduce(in.data(), out.data(), count, odd ? tideDouble : tideFloat, tideSum, comm,
-                       nullptr);
-  } else if (strcmp(field, "root") == 0) {
-    rc = tideBroadcast(in.data(), out.data(), count, tideFloat, odd ? 1 : 0, comm, nullptr);
-  } else if (strcmp(field, "op") == 0) {
-    rc = tideAllReduce(in.data(), out.data(), count, tideFloat, odd ? tideMax : tideSum, comm,
-                       nullptr);
-  } else if (strcmp(field, "collective") == 0) {
-    rc = odd ? tideBroadcast(in.data(), out.data(), count, tideFloat, 0, comm, nullptr)
-             : tideAllReduce(in.data(), out.data(), count, tideFloat, tideSum, comm, nullptr);
-  } else {
+  Call c;
+  if (!mismatchedCall(field, rank == nranks - 1, &c)) {
     say("RESULT unknown field %s\n", field);
     return 2;
   }
+  bool ok1 = false;
+  tideResult_t rc = runCall(comm, rank, nranks, c, &ok1);
   std::string msg = oneLine(tideGetLastError(comm));
   say("T_ERR %lld %d %s\n", nowMs(), static_cast<int>(rc), msg.c_str());
   if (!check) {
-    // Any outcome but a crash or a hang; the communicator may be broken.
+    // The later call: a plain All-Reduce everybody agrees on.
+    Call later;
+    later.count = 1000;
+    bool ok2 = false;
+    tideResult_t rc2 = runCall(comm, rank, nranks, later, &ok2);
+    say("T_LATER %lld %d %s\n", nowMs(), static_cast<int>(rc2),
+        rc2 == tideSuccess ? "" : oneLine(tideGetLastError(comm)).c_str());
+    say("CALLS %d %d %d %d\n", static_cast<int>(rc), static_cast<int>(rc2), ok1 ? 1 : 0,
+        ok2 ? 1 : 0);
     tideCommAbort(comm);
-    say("RESULT ok (%s)\n", tideGetErrorString(rc));
+    say("RESULT ok (%s, then %s)\n", tideGetErrorString(rc), tideGetErrorString(rc2));
     return 0;
   }
   if (rc != tideInvalidUsage) {
     say("RESULT expected tideInvalidUsage, got %s\n", tideGetErrorString(rc));
     return 3;
   }
-  if (msg.find(std::string("field: ") + field) == std::string::npos) {
-    say("RESULT the message does not name field %s\n", field);
+  std::string want = std::string("field: ") + field;
+  if (strcmp(field, "datatype_size") == 0) want = "field: datatype";
+  if (strcmp(field, "root_small") == 0) want = "field: root";
+  if (msg.find(want) == std::string::npos) {
+    say("RESULT the message does not name %s\n", want.c_str());
     return 4;
   }
   // Nothing was sent: the communicator still works.

@@ -1,5 +1,6 @@
 // TIDE_CHECK fingerprint comparison (core/check.h): which field is named and
-// how ranks are grouped by value.
+// how ranks are grouped by value; operation tags and the net adapter's use of
+// them (a different op tag gives a different net tag for every chunk).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "core/algorithm.h"
 #include "core/check.h"
+#include "transports/net/net_connection.h"
 
 namespace tide {
 namespace {
@@ -76,6 +78,39 @@ TEST(Check, SecondOperationOfAGroup) {
   Status s = compareOpPrints(p, {1, 1});
   EXPECT_NE(s.message().find("operation 1 of the group"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("rank 0: int32; rank 1: float32"), std::string::npos) << s.message();
+}
+
+TEST(OpTag, EveryFieldChangesIt) {
+  const int bc = static_cast<int>(CollType::Broadcast);
+  const int ar = static_cast<int>(CollType::AllReduce);
+  const uint32_t base = opTagOf(7, bc, 4096, tideFloat, -1, 0);
+  EXPECT_NE(base, 0u);
+  EXPECT_EQ(base, opTagOf(7, bc, 4096, tideFloat, -1, 0));
+  EXPECT_NE(base, opTagOf(8, bc, 4096, tideFloat, -1, 0));       // sequence
+  EXPECT_NE(base, opTagOf(7, ar, 4096, tideFloat, -1, 0));       // collective
+  EXPECT_NE(base, opTagOf(7, bc, 8192, tideFloat, -1, 0));       // count
+  EXPECT_NE(base, opTagOf(7, bc, 4096, tideInt32, -1, 0));       // same-size datatype
+  EXPECT_NE(base, opTagOf(7, bc, 4096, tideFloat, tideSum, 0));  // operator
+  EXPECT_NE(base, opTagOf(7, bc, 4096, tideFloat, -1, 1));       // root
+}
+
+TEST(OpTag, NetTagsCarryIt) {
+  for (uint32_t seq : {0u, 1u, 0x7fffu, 0x8000u}) {
+    for (size_t idx : {size_t{0}, size_t{1}, size_t{0xffff}}) {
+      EXPECT_EQ(NetConnection::netTag(0, seq, idx), NetConnection::chunkTag(seq, idx));
+      uint32_t prev = 0;
+      for (uint64_t c = 0; c < 200; ++c) {
+        uint32_t t = opTagOf(c, 0, 4096, tideFloat, tideSum, -1);
+        int a = NetConnection::netTag(t, seq, idx);
+        EXPECT_GE(a, 0);
+        if (c > 0) {
+          EXPECT_NE(a, NetConnection::netTag(prev, seq, idx)) << c;
+        }
+        EXPECT_NE(a, NetConnection::netTag(t ^ 1u, seq, idx));
+        prev = t;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "transports/net/net_connection.h"
 
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/log.h"
@@ -8,14 +11,15 @@
 namespace tide {
 
 NetConnection::NetConnection(const tideNet_v1_t* net, void* sendComm, void* recvComm, int peer,
-                             int channel, size_t chunk, int inflight)
+                             int channel, size_t chunk, int inflight, const uint32_t* opTag)
     : net_(net),
       sendComm_(sendComm),
       recvComm_(recvComm),
       peer_(peer),
       channel_(channel),
       chunk_(std::max<size_t>(chunk / 4096 * 4096, 4096)),
-      inflight_(static_cast<size_t>(std::max(inflight, 1))) {
+      inflight_(static_cast<size_t>(std::max(inflight, 1))),
+      opTag_(opTag) {
   if (net_->getPollFd != nullptr) {
     if (net_->getPollFd(sendComm_, &sendFd_) != tideSuccess) sendFd_ = -1;
     if (net_->getPollFd(recvComm_, &recvFd_) != tideSuccess) recvFd_ = -1;
@@ -23,6 +27,7 @@ NetConnection::NetConnection(const tideNet_v1_t* net, void* sendComm, void* recv
 }
 
 NetConnection::~NetConnection() {
+  if (bothFd_ >= 0) close(bothFd_);
   // Closing cancels whatever is still outstanding (net.h).
   if (sendComm_ != nullptr) (void)net_->closeSend(sendComm_);
   if (recvComm_ != nullptr) (void)net_->closeRecv(recvComm_);
@@ -38,6 +43,28 @@ Status NetConnection::fail(Status s) {
 }
 
 int NetConnection::pollFd() const {
+  // Nets that move bytes only inside test() (UCX over tcp) need a wake-up for
+  // either direction while a ring step both sends and receives: one epoll fd
+  // (level-triggered, readable while either member is) stands for both.
+  if (!recvs_.empty() && !sends_.empty() && sendFd_ >= 0 && recvFd_ >= 0 &&
+      sendFd_ != recvFd_ && bothFd_ != -2) {
+    if (bothFd_ < 0) {
+      bothFd_ = epoll_create1(EPOLL_CLOEXEC);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      bool ok = bothFd_ >= 0;
+      ev.data.fd = sendFd_;
+      ok = ok && epoll_ctl(bothFd_, EPOLL_CTL_ADD, sendFd_, &ev) == 0;
+      ev.data.fd = recvFd_;
+      ok = ok && epoll_ctl(bothFd_, EPOLL_CTL_ADD, recvFd_, &ev) == 0;
+      if (!ok) {
+        if (bothFd_ >= 0) close(bothFd_);
+        bothFd_ = -2;
+        return recvFd_;
+      }
+    }
+    return bothFd_;
+  }
   if (!recvs_.empty() && recvFd_ >= 0) return recvFd_;
   return sendFd_ >= 0 ? sendFd_ : recvFd_;
 }
@@ -55,6 +82,7 @@ Status NetConnection::postSend(const void* buf, size_t bytes, uint64_t* ticket) 
   op.buf = static_cast<uint8_t*>(const_cast<void*>(buf));
   op.bytes = bytes;
   op.seq = bytes > 0 ? sendSeq_++ : 0;
+  op.tag = opTag_ != nullptr ? *opTag_ : 0;
   sends_.push_back(op);
   return Status::Ok();
 }
@@ -78,6 +106,7 @@ Status NetConnection::postRecv(void* buf, size_t bytes, const RecvReduce* rr, ui
   op.buf = static_cast<uint8_t*>(buf);
   op.bytes = bytes;
   op.seq = bytes > 0 ? recvSeq_++ : 0;
+  op.tag = opTag_ != nullptr ? *opTag_ : 0;
   op.reduce = reduce;
   if (reduce) op.rr = *rr;
   recvs_.push_back(op);
@@ -102,7 +131,7 @@ Status NetConnection::progressSends(bool* moved) {
     size_t len = std::min(chunk_, op.bytes - op.posted);
     void* req = nullptr;
     TIDE_TRY(netStatus(net_->isend(sendComm_, op.buf + op.posted, len,
-                                   chunkTag(op.seq, op.posted / chunk_), nullptr, &req),
+                                   netTag(op.tag, op.seq, op.posted / chunk_), nullptr, &req),
                        net_->name, "isend"));
     if (req == nullptr) break;  // the net is full: test, then post again
     sendReqs_.push_back(InFlight{req, &op, op.posted, len, -1});
@@ -151,7 +180,7 @@ Status NetConnection::progressRecvs(bool* moved) {
       b = freeBounce_.back();
       dst = bounce_[b].get();
     }
-    int tag = chunkTag(op.seq, op.posted / chunk_);
+    int tag = netTag(op.tag, op.seq, op.posted / chunk_);
     void* req = nullptr;
     TIDE_TRY(
         netStatus(net_->irecv(recvComm_, 1, &dst, &len, &tag, nullptr, &req), net_->name, "irecv"));
@@ -169,14 +198,22 @@ Status NetConnection::progressRecvs(bool* moved) {
     tideResult_t r = net_->test(f.req, &done, &got);
     if (r != tideSuccess) {
       recvReqs_.pop_front();
-      return netStatus(r, net_->name, "receive");
+      Status s = netStatus(r, net_->name, "receive");
+      if (r != tideInvalidUsage) return s;
+      // A FIFO net saw another tag or a larger message: the peer is in
+      // another call (or another chunk of it) than this rank.
+      return invalidUsage(
+          "mismatched operation: rank %d's message %u (offset %zu) does not match this rank's "
+          "receive (operation tag %08x: collective, count, datatype, operator, root or sequence "
+          "differ across ranks; TIDE_CHECK=1 names the field): %s",
+          peer_, f.op->seq, f.offset, static_cast<unsigned>(f.op->tag), s.message().c_str());
     }
     if (!done) break;
     recvReqs_.pop_front();
     if (got != f.len) {
       return invalidUsage(
-          "rank %d sent %zu bytes where %zu were expected (message %u, offset %zu): mismatched "
-          "calls",
+          "mismatched operation: rank %d sent %zu bytes where %zu were expected (message %u, "
+          "offset %zu; TIDE_CHECK=1 names the differing field)",
           peer_, got, f.len, f.op->seq, f.offset);
     }
     if (f.bounce >= 0) {

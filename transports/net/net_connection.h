@@ -3,8 +3,14 @@
 //
 // Each posted transfer of n > 0 bytes is cut into chunks of `chunk` bytes
 // (both sides cut identically: the knob is job-wide and sizes agree), each
-// chunk one net message with tag (message seq << 16 | chunk index), so a
-// mismatched call shows as a tag or size error instead of corruption. Up to
+// chunk one net message whose tag is (message seq << 16 | chunk index) mixed
+// with the operation tag the core had set when the transfer was posted
+// (SetupContext::opTag; 0 on the point-to-point channel), so a mismatched
+// call (other collective, count, datatype, operator, root or sequence) shows
+// as a tag or size error, reported as tideInvalidUsage "mismatched operation",
+// before any of its bytes are written (a FIFO net checks the tag first; a
+// tag-matching net leaves it unmatched, then the no-progress timeout ends the
+// call). Up to
 // `inflight` chunks per direction are outstanding at once. A reducing
 // receive lands in a bounce buffer and is combined into place when its
 // chunk completes (chunk is a multiple of 4096, hence of any element size).
@@ -26,8 +32,10 @@ namespace tide {
 
 class NetConnection final : public Connection {
  public:
+  // opTag: the word the core rewrites before each operation on `channel`
+  // (read at every post; may be null: untagged). Must outlive the connection.
   NetConnection(const tideNet_v1_t* net, void* sendComm, void* recvComm, int peer, int channel,
-                size_t chunk, int inflight);
+                size_t chunk, int inflight, const uint32_t* opTag = nullptr);
   ~NetConnection() override;
 
   Status postSend(const void* buf, size_t bytes, uint64_t* ticket) override;
@@ -42,12 +50,20 @@ class NetConnection final : public Connection {
   static int chunkTag(uint32_t seq, size_t idx) {
     return static_cast<int>(((seq & 0x7fffu) << 16) | (idx & 0xffffu));
   }
+  // Net tag of chunk `idx` of message `seq` posted under operation tag `op`:
+  // chunkTag() when op == 0, else mixed with a 31-bit spread of op. Both
+  // sides compute the same value exactly when their op tags agree.
+  static int netTag(uint32_t op, uint32_t seq, size_t idx) {
+    uint32_t spread = op == 0 ? 0u : (op * 0x9e3779b1u) ^ (op >> 15);
+    return static_cast<int>((static_cast<uint32_t>(chunkTag(seq, idx)) ^ spread) & 0x7fffffffu);
+  }
 
  private:
   struct Op {
     uint8_t* buf;
     size_t bytes;
     uint32_t seq;
+    uint32_t tag = 0;     // operation tag when posted
     size_t posted = 0;    // bytes handed to the net
     int outstanding = 0;  // chunks handed over and not complete
     bool reduce = false;
@@ -72,7 +88,11 @@ class NetConnection final : public Connection {
   int channel_;
   size_t chunk_;
   size_t inflight_;
+  const uint32_t* opTag_;
   int sendFd_ = -1, recvFd_ = -1;
+  // Both directions' fds, for waiting on sends and receives at once (made on
+  // first need when the net gives two different fds; -2: could not be made).
+  mutable int bothFd_ = -1;
   Status error_;
 
   std::deque<Op> sends_, recvs_;

@@ -139,7 +139,7 @@ class NetSetup {
     out->clear();
     for (Link& l : links_) {
       out->push_back(std::make_unique<NetConnection>(net_, l.send, l.recv, l.peer, l.channel, chunk,
-                                                     inflight));
+                                                     inflight, ctx_.opTag(l.channel)));
       l.send = l.recv = nullptr;
     }
     return Status::Ok();
