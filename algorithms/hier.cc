@@ -241,26 +241,35 @@ Task hierAllReduce(ExecCtx& ctx) {
     co_await groupAllReduce(ctx, L.flat, in, out, a.count);
     co_return;
   }
-  // Blocks of k chunks, software-pipelined: block b starts one step after
-  // block b-1, so one block's inter-node steps overlap the next blocks'
+  // Blocks of k chunks, software-pipelined: block b's step s is posted in
+  // iteration b + s, so one block's inter-node steps overlap other blocks'
   // intra-node steps. Every rank posts the same (iteration, block, step)
   // sequence, so each pipe sees its messages in the same order on both ends.
+  // There is no barrier per iteration: a step waits only for the previous
+  // step of its own block (whose sends read, and whose receives write, the
+  // data it moves on). Within an iteration the newest block goes first, so
+  // when a step waits for the network, the next block's inter-node transfer
+  // is already queued behind the one in flight: the link does not idle while
+  // this rank wakes up and posts.
   const int k = L.intra.size();
   const size_t block = ctx.chunkElems() * static_cast<size_t>(k);
   const size_t nblocks = (a.count + block - 1) / block;
   const size_t steps = 2 * (k - 1) + 2 * (L.inter.size() - 1);  // per block
-  std::vector<Pending> ps;
-  for (size_t it = 0;; ++it) {
-    ps.clear();
-    bool any = false;
-    for (size_t bi = it > steps ? it - steps : 0; bi < nblocks && bi <= it; ++bi) {
+  // The transfers of each block's latest posted step.
+  std::vector<std::vector<Pending>> last(nblocks);
+  for (size_t it = 0; it + 1 < nblocks + steps; ++it) {
+    const size_t lo = it >= steps ? it - steps + 1 : 0;
+    for (size_t bi = std::min(it, nblocks - 1) + 1; bi-- > lo;) {
+      if (!last[bi].empty()) co_await ctx.waitAll(last[bi]);
       const size_t base = bi * block;
       const size_t b = std::min(block, a.count - base);
-      if (postHierStep(ctx, L, in + base * es, out + base * es, b, static_cast<int>(it - bi), &ps))
-        any = true;
+      last[bi].clear();
+      postHierStep(ctx, L, in + base * es, out + base * es, b, static_cast<int>(it - bi),
+                   &last[bi]);
     }
-    if (!any) break;
-    co_await ctx.waitAll(ps);
+  }
+  for (const auto& ps : last) {
+    if (!ps.empty()) co_await ctx.waitAll(ps);
   }
 }
 
@@ -523,10 +532,13 @@ double predictHier(const CollArgs& a, const CommTopo& t, size_t chunkBytes) {
       const double piece = bytes / blocks / k;  // one rank's share of a block
       // First block: its steps one after another. Then one block per
       // pipeline iteration, in which all 2(k-1) intra and 2(nn-1) inter
-      // steps of different blocks share the links.
+      // steps of different blocks share the links. A waiting rank has the
+      // next block's inter-node transfer queued, so per block the network
+      // costs its wire time, or the link latency when that is longer.
       const double first = 2 * (k - 1) * intraStep(piece) + 2 * (nn - 1) * interStep(piece / nn);
+      const double interWire = interStep(2 * (nn - 1) * piece / nn) - t.interNode.latencyUs;
       const double steady =
-          std::max(intraStep(2 * (k - 1) * piece), interStep(2 * (nn - 1) * piece / nn));
+          std::max(intraStep(2 * (k - 1) * piece), std::max(interWire, t.interNode.latencyUs));
       return first + (blocks - 1) * steady + pattern::reduceUs(t, bytes * (k - 1) / k) +
              pattern::reduceUs(t, piece * blocks * (nn - 1) / nn);
     }

@@ -20,6 +20,42 @@ namespace {
 
 using pattern::Rhd;
 
+// ---- Shared halving and doubling loops ------------------------------------------------
+
+// Byte offsets of the p participant parts: part q is [off[q], off[q + 1]).
+using PartOffsets = std::vector<size_t>;
+
+// Recursive halving among the p participants (a reduce-scatter): at distance
+// d = p/2 .. 1 a participant sends the half of its current range that its
+// partner keeps, taken from src, and reduces the half it keeps into acc
+// (acc = src + incoming); from the second step on, src is acc. On return,
+// this participant's part of acc holds the participants' reduction. The
+// caller keeps R and off alive until the returned task completes.
+Task halvingLoop(ExecCtx& ctx, const Rhd& R, const PartOffsets& off, const char* src, char* acc) {
+  auto span = [&](int lo, int d) { return off[lo + d] - off[lo]; };
+  for (int d = R.p() / 2; d >= 1; d /= 2) {
+    const int peer = R.partner(d), keep = R.keepLo(d), give = R.sendLo(d);
+    Pending s = ctx.send(peer, src + off[give], span(give, d));
+    Pending v = ctx.recvReduce(peer, acc + off[keep], src + off[keep], span(keep, d));
+    co_await ctx.wait(s, v);
+    src = acc;
+  }
+}
+
+// Recursive doubling among the participants (an all-gather in place): at
+// distance d = 1 .. p/2 a participant sends the range it holds and receives
+// its partner's. On entry buf holds this participant's part, on return every
+// part. Same lifetime rule as halvingLoop.
+Task doublingLoop(ExecCtx& ctx, const Rhd& R, const PartOffsets& off, char* buf) {
+  auto span = [&](int lo, int d) { return off[lo + d] - off[lo]; };
+  for (int d = 1; d < R.p(); d *= 2) {
+    const int peer = R.partner(d), mine = R.keepLo(d), theirs = R.sendLo(d);
+    Pending s = ctx.send(peer, buf + off[mine], span(mine, d));
+    Pending v = ctx.recv(peer, buf + off[theirs], span(theirs, d));
+    co_await ctx.wait(s, v);
+  }
+}
+
 // ---- All-Reduce ----------------------------------------------------------------------
 
 Task rhdAllReduce(ExecCtx& ctx) {
@@ -34,9 +70,8 @@ Task rhdAllReduce(ExecCtx& ctx) {
   }
   const Rhd R{r, n};
   const int p = R.p();
-  // Parts [lo, lo + d) as a byte range of the buffer.
-  auto off = [&](int q) { return pattern::partBegin(a.count, p, q) * es; };
-  auto span = [&](int lo, int d) { return off(lo + d) - off(lo); };
+  PartOffsets off(p + 1);
+  for (int q = 0; q <= p; ++q) off[q] = pattern::partBegin(a.count, p, q) * es;
   if (R.folded()) {
     Pending s = ctx.send(r + 1, in, bytes);
     Pending v = ctx.recv(r + 1, out, bytes);
@@ -49,19 +84,8 @@ Task rhdAllReduce(ExecCtx& ctx) {
     co_await ctx.wait(v);
     src = out;
   }
-  for (int d = p / 2; d >= 1; d /= 2) {
-    const int peer = R.partner(d), keep = R.keepLo(d), give = R.sendLo(d);
-    Pending s = ctx.send(peer, src + off(give), span(give, d));
-    Pending v = ctx.recvReduce(peer, out + off(keep), src + off(keep), span(keep, d));
-    co_await ctx.wait(s, v);
-    src = out;
-  }
-  for (int d = 1; d < p; d *= 2) {
-    const int peer = R.partner(d), mine = R.keepLo(d), theirs = R.sendLo(d);
-    Pending s = ctx.send(peer, out + off(mine), span(mine, d));
-    Pending v = ctx.recv(peer, out + off(theirs), span(theirs, d));
-    co_await ctx.wait(s, v);
-  }
+  co_await halvingLoop(ctx, R, off, src, out);
+  co_await doublingLoop(ctx, R, off, out);
   if (R.absorbs()) {
     Pending s = ctx.send(r - 1, out, bytes);
     co_await ctx.wait(s);
@@ -82,8 +106,8 @@ Task rhdReduceScatter(ExecCtx& ctx) {
   }
   const Rhd R{r, n};
   const int p = R.p();
-  auto off = [&](int q) { return static_cast<size_t>(R.segBegin(q)) * seg; };
-  auto span = [&](int lo, int d) { return off(lo + d) - off(lo); };
+  PartOffsets off(p + 1);
+  for (int q = 0; q <= p; ++q) off[q] = static_cast<size_t>(R.segBegin(q)) * seg;
   if (R.folded()) {
     Pending s = ctx.send(r + 1, in, total);
     Pending v = ctx.recv(r + 1, out, seg);
@@ -98,18 +122,12 @@ Task rhdReduceScatter(ExecCtx& ctx) {
     co_await ctx.wait(v);
     src = acc;
   }
-  for (int d = p / 2; d >= 1; d /= 2) {
-    const int peer = R.partner(d), keep = R.keepLo(d), give = R.sendLo(d);
-    Pending s = ctx.send(peer, src + off(give), span(give, d));
-    Pending v = ctx.recvReduce(peer, acc + off(keep), src + off(keep), span(keep, d));
-    co_await ctx.wait(s, v);
-    src = acc;
-  }
+  co_await halvingLoop(ctx, R, off, src, acc);
   if (R.absorbs()) {
-    Pending s = ctx.send(r - 1, src + static_cast<size_t>(r - 1) * seg, seg);
+    Pending s = ctx.send(r - 1, acc + static_cast<size_t>(r - 1) * seg, seg);
     co_await ctx.wait(s);
   }
-  ctx.copy(out, src + static_cast<size_t>(r) * seg, seg);
+  ctx.copy(out, acc + static_cast<size_t>(r) * seg, seg);
 }
 
 // ---- AllGather ------------------------------------------------------------------------
@@ -123,8 +141,8 @@ Task rhdAllGather(ExecCtx& ctx) {
   if (n == 1 || seg == 0) co_return;
   const Rhd R{r, n};
   const int p = R.p();
-  auto off = [&](int q) { return static_cast<size_t>(R.segBegin(q)) * seg; };
-  auto span = [&](int lo, int d) { return off(lo + d) - off(lo); };
+  PartOffsets off(p + 1);
+  for (int q = 0; q <= p; ++q) off[q] = static_cast<size_t>(R.segBegin(q)) * seg;
   if (R.folded()) {
     Pending s = ctx.send(r + 1, out + static_cast<size_t>(r) * seg, seg);
     Pending v = ctx.recv(r + 1, out, total);
@@ -135,12 +153,7 @@ Task rhdAllGather(ExecCtx& ctx) {
     Pending v = ctx.recv(r - 1, out + static_cast<size_t>(r - 1) * seg, seg);
     co_await ctx.wait(v);
   }
-  for (int d = 1; d < p; d *= 2) {
-    const int peer = R.partner(d), mine = R.keepLo(d), theirs = R.sendLo(d);
-    Pending s = ctx.send(peer, out + off(mine), span(mine, d));
-    Pending v = ctx.recv(peer, out + off(theirs), span(theirs, d));
-    co_await ctx.wait(s, v);
-  }
+  co_await doublingLoop(ctx, R, off, out);
   if (R.absorbs()) {
     Pending s = ctx.send(r - 1, out, total);
     co_await ctx.wait(s);
