@@ -24,20 +24,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 const tideNet_v1_t& net = kUcxNet;
 
-#define CHECK_OK(expr)                                                        \
-  do {                                                                        \
-    tideResult_t r_ = (expr);                                                 \
-    if (r_ != tideSuccess) {                                                  \
+#define CHECK_OK(expr)                                                          \
+  do {                                                                          \
+    tideResult_t r_ = (expr);                                                   \
+    if (r_ != tideSuccess) {                                                    \
       fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #expr, (int)r_); \
-      return 10;                                                              \
-    }                                                                         \
+      return 10;                                                                \
+    }                                                                           \
   } while (0)
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 11;                                                              \
-    }                                                                         \
+      return 11;                                                               \
+    }                                                                          \
   } while (0)
 
 // Runs fn in a child with UCX_TLS=tls; returns its exit code (77: skipped).
@@ -182,7 +182,8 @@ int scenarioStreams() {
     CHECK_OK(waitBoth(q, got, sreqs[i + 3], nullptr));
     sreqs[i + 3] = nullptr;
     for (int k = 0; k < 4; ++k) {
-      if (got[k] != src[i + k].size()) fprintf(stderr, "msg %d: got %zu want %zu\n", i + k, got[k], src[i + k].size());
+      if (got[k] != src[i + k].size())
+        fprintf(stderr, "msg %d: got %zu want %zu\n", i + k, got[k], src[i + k].size());
       CHECK(got[k] == src[i + k].size());
       CHECK(check(dst[i + k].data(), got[k], i + k));
     }
@@ -211,16 +212,23 @@ int scenarioStreams() {
 }
 
 // The poll fd wakes an idle receiver when a message arrives from another process.
+// Both processes initialize the net after the fork: a UCX context does not
+// survive fork() (the child lacks UCX's async thread, so tcp wire-up stalls).
 int scenarioPollFdAndPeerDeath() {
-  if (int rc = init()) return rc;
   uint8_t handle[TIDE_NET_HANDLE_MAXSIZE] = {};
   void* l = nullptr;
-  CHECK_OK(net.listen(0, handle, &l));
-  int go[2];
-  CHECK(pipe(go) == 0);
+  int go[2], hp[2];
+  CHECK(pipe(go) == 0 && pipe(hp) == 0);
   pid_t child = fork();
+  if (child != 0) {
+    if (int rc = init()) return rc;
+    CHECK_OK(net.listen(0, handle, &l));
+    CHECK(write(hp[1], handle, sizeof(handle)) == sizeof(handle));
+  }
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (init() != 0) _exit(19);
+    if (read(hp[0], handle, sizeof(handle)) != sizeof(handle)) _exit(18);
     // Sender: connect, wait for "go", send one message, then hang (killed).
     void* s = nullptr;
     auto t0 = Clock::now();
@@ -333,10 +341,9 @@ TEST_P(UcxNet, PollFdAndPeerDeath) {
 }
 TEST_P(UcxNet, StrayConnector) { EXPECT_EQ(inChild(GetParam(), scenarioStrayConnector), 0); }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxNet, ::testing::Values("tcp", "sm,self"),
-                         [](const auto& info) {
-                           return std::string(info.param[0] == 't' ? "tcp" : "sm_self");
-                         });
+INSTANTIATE_TEST_SUITE_P(Tls, UcxNet, ::testing::Values("tcp", "sm,self"), [](const auto& info) {
+  return std::string(info.param[0] == 't' ? "tcp" : "sm_self");
+});
 
 }  // namespace
 }  // namespace tide

@@ -1,5 +1,5 @@
 // The UCX net (include/tide/net.h over UCP tag matching), registered as the
-// built-in "ucx". Declared here for the unit tests.
+// built-in "ucx". Declared here for the unit tests. Files: ucx_internal.h.
 //
 // Design:
 //  - One ucp_context per process (created by init(), features TAG + WAKEUP,
@@ -23,6 +23,9 @@
 //    eventfd of ours; the worker is armed after a run of idle test() calls,
 //    and when arming finds events pending our eventfd is signalled so a
 //    poller never sleeps through them.
+//  - Endpoint keepalive is off unless UCX_KEEPALIVE_INTERVAL is set: UCX
+//    1.13 can crash in its keepalive progress when a peer closes while a
+//    tcp lane still connects; the side channel notices dead peers instead.
 //  - Peer failure: an endpoint error callback marks the comm broken; every
 //    outstanding and later request then fails with tideRemoteError naming
 //    the UCX status.

@@ -1,0 +1,172 @@
+// The UCX net's process-wide UCP context (see ucx_internal.h).
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "transports/ib/ib_logic.h"
+#include "transports/ucx/ucx_internal.h"
+
+namespace tide {
+namespace ucx {
+
+Global& global() {
+  static Global* g = new Global;
+  return *g;
+}
+
+tideResult_t fail(tideResult_t code, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  TIDE_WARN("ucx net: %s", buf);
+  return code;
+}
+
+namespace {
+
+// First interface that is up and matches TIDE_SOCKET_IFNAME (default: not
+// loopback, not docker/virbr); loopback when nothing else exists.
+bool pickInterface(std::string* name, SockAddr* addr) {
+  std::string filter = knobString(Knob::SocketIfname);
+  HcaFilter f = HcaFilter::parse(filter);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false, haveLo = false;
+  SockAddr lo;
+  std::string loName;
+  for (int pass = 0; pass < 2 && !found; ++pass) {  // pass 0: IPv4, pass 1: IPv6
+    int fam = pass == 0 ? AF_INET : AF_INET6;
+    for (ifaddrs* i = list; i && !found; i = i->ifa_next) {
+      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || i->ifa_addr->sa_family != fam) continue;
+      if (fam == AF_INET6 &&
+          IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+        continue;
+      std::string n = i->ifa_name;
+      bool isLo = (i->ifa_flags & IFF_LOOPBACK) != 0;
+      SockAddr a;
+      a.len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      memcpy(&a.ss, i->ifa_addr, a.len);
+      if (filter.empty()) {
+        if (isLo) {
+          if (!haveLo) lo = a, loName = n, haveLo = true;
+          continue;
+        }
+        if (n.rfind("docker", 0) == 0 || n.rfind("virbr", 0) == 0) continue;
+      } else if (!f.matches(n, -1)) {
+        continue;
+      }
+      *name = n;
+      *addr = a;
+      found = true;
+    }
+  }
+  freeifaddrs(list);
+  if (!found && haveLo && filter.empty()) {
+    *name = loName;
+    *addr = lo;
+    found = true;
+  }
+  return found;
+}
+
+}  // namespace
+
+tideResult_t ucxInit(tideNetLogger_t /*logger*/) {
+  Global& g = global();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (g.inited) return g.initResult;
+  g.inited = true;
+  if (!pickInterface(&g.ifname, &g.ifaddr)) {
+    return g.initResult =
+               fail(tideSystemError, "no usable network interface (TIDE_SOCKET_IFNAME='%s')",
+                    knobString(Knob::SocketIfname).c_str());
+  }
+  g.ifaddr.setPort(0);
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) {
+    return g.initResult = fail(tideSystemError, "ucp_config_read: %s", ucs_status_string(st));
+  }
+  // UCX 1.13's endpoint keepalive can crash in ucp_worker_progress
+  // (ucp_ep_do_uct_ep_am_keepalive) when the peer closes while a lane is
+  // still connecting; peer death is detected through the side channel.
+  if (getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "inf");
+  }
+  g.wakeup = knobBool(Knob::UcxWakeup);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | (g.wakeup ? UCP_FEATURE_WAKEUP : 0);
+  params.mt_workers_shared = 1;
+  st = ucp_init(&params, config, &g.ctx);
+  ucp_config_release(config);
+  if (st != UCS_OK) {
+    return g.initResult =
+               fail(tideSystemError, "ucp_init: %s (check UCX_TLS)", ucs_status_string(st));
+  }
+  ucp_context_h ctx = g.ctx;
+  auto reg = [ctx](uintptr_t base, size_t len, void** handle) -> Status {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = reinterpret_cast<void*>(base);
+    mp.length = len;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t s = ucp_mem_map(ctx, &mp, &memh);
+    if (s != UCS_OK)
+      return systemError("ucx: ucp_mem_map(%zu bytes): %s", len, ucs_status_string(s));
+    *handle = memh;
+    return Status::Ok();
+  };
+  auto dereg = [ctx](void* handle) { ucp_mem_unmap(ctx, static_cast<ucp_mem_h>(handle)); };
+  int64_t entries = knobInt(Knob::UcxMrCacheEntries);
+  g.mrs = std::make_unique<MrCache>(reg, dereg, entries > 0 ? entries : 1, 0);
+  g.devName = "ucx:" + g.ifname;
+  TIDE_INFO("ucx net: UCP %s, side channel on %s (%s), wakeup %d", ucp_get_version_string(),
+            g.ifname.c_str(), g.ifaddr.hostStr().c_str(), g.wakeup ? 1 : 0);
+  return tideSuccess;
+}
+
+tideResult_t ucxDevices(int* ndev) {
+  Global& g = global();
+  std::lock_guard<std::mutex> lock(g.mu);
+  *ndev = (g.inited && g.initResult == tideSuccess) ? 1 : 0;
+  return tideSuccess;
+}
+
+int linkSpeed(const std::string& ifname) {
+  FILE* f = fopen(("/sys/class/net/" + ifname + "/speed").c_str(), "r");
+  if (!f) return 0;
+  int speed = 0;
+  if (fscanf(f, "%d", &speed) != 1 || speed < 0) speed = 0;
+  fclose(f);
+  return speed;
+}
+
+tideResult_t ucxGetProperties(int dev, tideNetProperties_v1_t* props) {
+  Global& g = global();
+  if (dev != 0 || !g.ctx) return fail(tideInvalidArgument, "getProperties: no device %d", dev);
+  memset(props, 0, sizeof(*props));
+  props->name = g.devName.c_str();
+  props->pciPath = nullptr;
+  props->guid = 0;
+  props->ptrSupport = TIDE_NET_PTR_HOST;
+  props->speed = linkSpeed(g.ifname);
+  props->port = 0;
+  props->latency = 0;
+  props->maxComms = 65536;
+  props->maxRecvs = kMaxRecvs;
+  props->maxSize = size_t{1} << 31;
+  return tideSuccess;
+}
+
+}  // namespace ucx
+}  // namespace tide

@@ -1,0 +1,240 @@
+// UCX net data path: tag sends and receives, progress, wake-ups, memory
+// registration, and the net's table (see ucx_net.h for the design).
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/log.h"
+#include "core/registry.h"
+#include "transports/net/net_registry.h"
+#include "transports/ucx/ucx_internal.h"
+#include "transports/ucx/ucx_net.h"
+
+namespace tide {
+namespace ucx {
+namespace {
+
+// ---- Memory registration ------------------------------------------------------------------
+
+tideResult_t ucxRegMr(void* /*comm*/, void* data, size_t size, int type, void** mhandle) {
+  *mhandle = nullptr;
+  if (type != TIDE_NET_PTR_HOST) return fail(tideInvalidArgument, "regMr: only host memory");
+  const MrCache::Entry* e = nullptr;
+  Status s = global().mrs->acquire(data, size, &e);
+  if (!s.ok()) return fail(s.code(), "regMr: %s", s.message().c_str());
+  *mhandle = const_cast<MrCache::Entry*>(e);
+  return tideSuccess;
+}
+
+tideResult_t ucxDeregMr(void* /*comm*/, void* mhandle) {
+  global().mrs->release(static_cast<const MrCache::Entry*>(mhandle));
+  return tideSuccess;
+}
+
+// ---- Data path ----------------------------------------------------------------------------
+
+uint64_t makeTag(int tag, uint32_t seq) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 32) | seq;
+}
+
+void setMemh(ucp_request_param_t* p, void* mhandle, const void* data, size_t size) {
+  if (!mhandle || size == 0) return;
+  auto* e = static_cast<const MrCache::Entry*>(mhandle);
+  if (!e->contains(reinterpret_cast<uintptr_t>(data), size)) return;
+  p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+  p->memh = static_cast<ucp_mem_h>(e->handle);
+}
+
+tideResult_t brokenComm(UcxComm* c, const char* what) {
+  return fail(c->err, "%s: %s", what, c->errMsg.c_str());
+}
+
+tideResult_t ucxIsend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
+                      void** request) {
+  *request = nullptr;
+  auto* c = static_cast<UcxComm*>(sendComm);
+  if (c->err != tideSuccess) return brokenComm(c, "isend");
+  ucp_request_param_t p{};
+  setMemh(&p, mhandle, data, size);
+  ucs_status_ptr_t r = ucp_tag_send_nbx(c->ep, data, size, makeTag(tag, c->seq), &p);
+  if (UCS_PTR_IS_ERR(r)) {
+    return fail(tideRemoteError, "isend: ucp_tag_send_nbx: %s",
+                ucs_status_string(UCS_PTR_STATUS(r)));
+  }
+  ++c->seq;
+  auto* req = new UcxRequest;
+  req->comm = c;
+  req->n = 1;
+  req->isSend = true;
+  req->ucx[0] = r;  // NULL: completed inline
+  req->done[0] = r == nullptr;
+  req->sizes[0] = size;
+  c->live.push_back(req);
+  *request = req;
+  return tideSuccess;
+}
+
+tideResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                      void** mhandles, void** request) {
+  *request = nullptr;
+  auto* c = static_cast<UcxComm*>(recvComm);
+  if (n < 1 || n > kMaxRecvs) return fail(tideInvalidArgument, "irecv: n = %d", n);
+  if (c->err != tideSuccess) return brokenComm(c, "irecv");
+  auto req = std::make_unique<UcxRequest>();
+  req->comm = c;
+  req->n = n;
+  for (int i = 0; i < n; ++i) {
+    ucp_request_param_t p{};
+    // UCX 1.13 does not report the length of a receive that completes
+    // inline, so always take a request.
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    setMemh(&p, mhandles ? mhandles[i] : nullptr, data[i], sizes[i]);
+    ucs_status_ptr_t r =
+        ucp_tag_recv_nbx(c->worker, data[i], sizes[i], makeTag(tags[i], c->seq), ~uint64_t{0}, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      // Earlier sub-receives stay in the request; they are cancelled with it.
+      for (int j = 0; j < i; ++j) {
+        ucp_request_cancel(c->worker, req->ucx[j]);
+        ucp_request_free(req->ucx[j]);
+      }
+      return fail(tideSystemError, "irecv: ucp_tag_recv_nbx: %s",
+                  ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    ++c->seq;
+    req->ucx[i] = r;
+  }
+  c->live.push_back(req.get());
+  *request = req.release();
+  return tideSuccess;
+}
+
+void forget(UcxComm* c, UcxRequest* r) {
+  for (size_t i = 0; i < c->live.size(); ++i) {
+    if (c->live[i] == r) {
+      c->live[i] = c->live.back();
+      c->live.pop_back();
+      break;
+    }
+  }
+  delete r;
+}
+
+void drainEventFd(UcxComm* c) {
+  uint64_t v;
+  if (c->evfd >= 0 && c->armed) {
+    while (read(c->evfd, &v, sizeof(v)) == sizeof(v)) {
+    }
+  }
+}
+
+tideResult_t ucxTest(void* request, int* done, size_t* sizes) {
+  *done = 0;
+  auto* r = static_cast<UcxRequest*>(request);
+  UcxComm* c = r->comm;
+  bool moved = false;
+  for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; ++i) moved = true;
+  bool all = true;
+  tideResult_t bad = tideSuccess;
+  for (int i = 0; i < r->n; ++i) {
+    if (r->done[i]) continue;
+    ucs_status_t st;
+    if (r->isSend) {
+      st = ucp_request_check_status(r->ucx[i]);
+    } else {
+      ucp_tag_recv_info_t info{};
+      st = ucp_tag_recv_request_test(r->ucx[i], &info);
+      if (st == UCS_OK) r->sizes[i] = info.length;
+    }
+    if (st == UCS_INPROGRESS) {
+      all = false;
+      continue;
+    }
+    ucp_request_free(r->ucx[i]);
+    r->ucx[i] = nullptr;
+    r->done[i] = true;
+    moved = true;
+    if (st != UCS_OK && bad == tideSuccess) {
+      bad = st == UCS_ERR_MESSAGE_TRUNCATED ? tideInvalidUsage : tideRemoteError;
+      if (c->err == tideSuccess) {
+        c->err = bad;
+        c->errMsg =
+            std::string(r->isSend ? "send" : "receive") + " failed: " + ucs_status_string(st);
+        if (st == UCS_ERR_MESSAGE_TRUNCATED) c->errMsg += " (message larger than the receive)";
+      }
+    }
+  }
+  if (!all && !moved && c->err == tideSuccess && (c->idle % 16) == 0) {
+    checkSide(c);
+    if (c->peerGone && std::chrono::steady_clock::now() - c->peerGoneAt > kPeerGoneGrace) {
+      c->err = tideRemoteError;
+      c->errMsg = "peer closed its end or died (side channel closed)";
+    }
+  }
+  if (bad == tideSuccess && !all && c->err != tideSuccess) bad = c->err;
+  if (bad != tideSuccess) {
+    for (int i = 0; i < r->n; ++i) {
+      if (r->ucx[i]) {
+        ucp_request_cancel(c->worker, r->ucx[i]);
+        ucp_request_free(r->ucx[i]);
+        r->ucx[i] = nullptr;
+      }
+    }
+    forget(c, r);
+    return brokenComm(c, "test");
+  }
+  if (all) {
+    if (sizes) {
+      for (int i = 0; i < r->n; ++i) sizes[i] = r->sizes[i];
+    }
+    forget(c, r);
+    *done = 1;
+    c->idle = 0;
+    return tideSuccess;
+  }
+  if (moved) {
+    c->idle = 0;
+  } else if (c->epfd >= 0 && ++c->idle >= kIdleBeforeArm) {
+    // Idle: arm the worker so the poll fd wakes a sleeping caller.
+    c->idle = 0;
+    drainEventFd(c);
+    ucs_status_t st = ucp_worker_arm(c->worker);
+    c->armed = true;
+    if (st == UCS_ERR_BUSY) {
+      uint64_t one = 1;
+      ssize_t w = write(c->evfd, &one, sizeof(one));
+      (void)w;
+    }
+  }
+  return tideSuccess;
+}
+
+tideResult_t ucxGetPollFd(void* comm, int* fd) {
+  *fd = static_cast<UcxComm*>(comm)->epfd;
+  return tideSuccess;
+}
+
+}  // namespace
+}  // namespace ucx
+
+const tideNet_v1_t kUcxNet = {
+    "ucx",
+    ucx::ucxInit,
+    ucx::ucxDevices,
+    ucx::ucxGetProperties,
+    ucx::ucxListen,
+    ucx::ucxConnect,
+    ucx::ucxAccept,
+    ucx::ucxRegMr,
+    ucx::ucxDeregMr,
+    ucx::ucxIsend,
+    ucx::ucxIrecv,
+    ucx::ucxTest,
+    ucx::ucxGetPollFd,
+    ucx::ucxCloseComm,
+    ucx::ucxCloseComm,
+    ucx::ucxCloseListen,
+};
+
+TIDE_ON_LOAD(registerNet(&kUcxNet));
+
+}  // namespace tide
