@@ -90,7 +90,7 @@ TEST(IbCredits, ProducerStopsAtSlotsConsumerSeesInOrder) {
     ASSERT_TRUE(prod.canPost());
     int slot;
     CtsEntry w;
-    prod.post(0x1000 + i, 7, 100 + i, &slot, &w);
+    prod.post(0x1000 + i, 7, 100 + i, i, &slot, &w);
     EXPECT_EQ(slot, i);
     fifo[slot] = w;  // the "RDMA write"
   }
@@ -99,6 +99,7 @@ TEST(IbCredits, ProducerStopsAtSlotsConsumerSeesInOrder) {
     ASSERT_TRUE(cons.peek(&e));
     EXPECT_EQ(e.addr, 0x1000u + i);
     EXPECT_EQ(e.size, 100u + i);
+    EXPECT_EQ(e.tag, i);
     cons.pop();
   }
   EXPECT_FALSE(cons.peek(&e)) << "slot 0 still holds the old sequence number";
@@ -106,7 +107,7 @@ TEST(IbCredits, ProducerStopsAtSlotsConsumerSeesInOrder) {
   ASSERT_TRUE(prod.canPost());
   int slot;
   CtsEntry w;
-  EXPECT_EQ(prod.post(1, 2, 3, &slot, &w), uint64_t(kIbSlots));
+  EXPECT_EQ(prod.post(1, 2, 3, 9, &slot, &w), uint64_t(kIbSlots));
   EXPECT_EQ(slot, 0);
   fifo[slot] = w;
   ASSERT_TRUE(cons.peek(&e));
@@ -212,7 +213,7 @@ TEST(IbProtocol, LoopbackManyMessagesRandomQpInterleaving) {
     dst[m].assign(n + 64, 0xEE);
   }
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> wire(kQps);  // (msg, imm) per QP
-  std::vector<std::vector<uint64_t>> sendCqe(kQps);                     // signaled completions
+  std::vector<std::vector<uint64_t>> sendCqe(kQps);                    // signaled completions
   int posted = 0, sent = 0, received = 0;
   while (received < kMsgs) {
     int action = rng() % 4;
@@ -220,7 +221,7 @@ TEST(IbProtocol, LoopbackManyMessagesRandomQpInterleaving) {
       int slot;
       CtsEntry e;
       prod.post(reinterpret_cast<uintptr_t>(dst[posted].data()), 1,
-                static_cast<uint32_t>(dst[posted].size()), &slot, &e);
+                static_cast<uint32_t>(dst[posted].size()), posted, &slot, &e);
       fifo[slot] = e;
       ++posted;
     } else if (action == 1 && sent < kMsgs) {

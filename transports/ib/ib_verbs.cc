@@ -1,15 +1,16 @@
 #include "transports/ib/ib_verbs.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <memory>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -20,41 +21,67 @@ namespace tide {
 namespace {
 
 int speedMbps(uint8_t width, uint8_t speed) {
-  int lanes = width == 1 ? 1 : width == 2 ? 4 : width == 4 ? 8 : width == 8 ? 12 : width == 16 ? 2 : 1;
+  int lanes = width == 1    ? 1
+              : width == 2  ? 4
+              : width == 4  ? 8
+              : width == 8  ? 12
+              : width == 16 ? 2
+                            : 1;
   int perLane = 0;  // Mbit/s per lane
   switch (speed) {
-    case 1: perLane = 2500; break;    // SDR
-    case 2: perLane = 5000; break;    // DDR
-    case 4: case 8: perLane = 10000; break;  // QDR / FDR10
-    case 16: perLane = 14000; break;  // FDR
-    case 32: perLane = 25000; break;  // EDR
-    case 64: perLane = 50000; break;  // HDR
-    case 128: perLane = 100000; break;  // NDR
-    default: perLane = 10000;
+    case 1:
+      perLane = 2500;
+      break;  // SDR
+    case 2:
+      perLane = 5000;
+      break;  // DDR
+    case 4:
+    case 8:
+      perLane = 10000;
+      break;  // QDR / FDR10
+    case 16:
+      perLane = 14000;
+      break;  // FDR
+    case 32:
+      perLane = 25000;
+      break;  // EDR
+    case 64:
+      perLane = 50000;
+      break;  // HDR
+    case 128:
+      perLane = 100000;
+      break;  // NDR
+    default:
+      perLane = 10000;
   }
   return lanes * perLane;
 }
 
-// RoCE: the first IPv4-mapped GID (::ffff:a.b.c.d) when none is configured.
-int pickGid(ibv_context* ctx, int port, int tableLen, ibv_gid* gid) {
-  int64_t want = knobInt(Knob::IbGidIndex);
-  if (want >= 0) {
-    if (ibv_query_gid(ctx, port, static_cast<int>(want), gid) == 0) return static_cast<int>(want);
-    return -1;
-  }
+// Reads the port's GID table and lets ibSelectGid choose.
+int pickGid(ibv_context* ctx, int port, int tableLen, bool roce, ibv_gid* gid) {
+  std::vector<IbGidEntry> table;
   for (int i = 0; i < tableLen; ++i) {
-    ibv_gid g;
-    if (ibv_query_gid(ctx, port, i, &g) != 0) continue;
-    const uint8_t* r = g.raw;
-    bool v4mapped = r[10] == 0xff && r[11] == 0xff &&
-                    std::all_of(r, r + 10, [](uint8_t b) { return b == 0; });
-    if (v4mapped) {
-      *gid = g;
-      return i;
-    }
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, port, i, &e, 0) != 0) continue;  // empty slot
+    IbGidEntry g;
+    g.index = i;
+    g.type = e.gid_type == IBV_GID_TYPE_ROCE_V2   ? IbGidType::RoceV2
+             : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? IbGidType::RoceV1
+                                                  : IbGidType::Ib;
+    memcpy(g.raw, e.gid.raw, 16);
+    table.push_back(g);
   }
-  return ibv_query_gid(ctx, port, 0, gid) == 0 ? 0 : -1;
+  int pos = ibSelectGid(table, knobInt(Knob::IbGidIndex), roce);
+  if (pos < 0) return -1;
+  memcpy(gid->raw, table[pos].raw, 16);
+  return table[pos].index;
 }
+
+// ibv_wc_status values ib_logic.h relies on.
+static_assert(kIbWcSuccess == IBV_WC_SUCCESS && kIbWcLocLenErr == IBV_WC_LOC_LEN_ERR &&
+              kIbWcLocQpOpErr == IBV_WC_LOC_QP_OP_ERR && kIbWcLocProtErr == IBV_WC_LOC_PROT_ERR &&
+              kIbWcWrFlushErr == IBV_WC_WR_FLUSH_ERR && kIbWcRetryExcErr == IBV_WC_RETRY_EXC_ERR &&
+              kIbWcRnrRetryExcErr == IBV_WC_RNR_RETRY_EXC_ERR);
 
 }  // namespace
 
@@ -90,7 +117,10 @@ Status ibFindPorts(std::vector<IbPortInfo>* out) {
         info.mtu = pa.active_mtu;
         info.speedMbps = speedMbps(pa.active_width, pa.active_speed);
         info.guid = attr.node_guid;
-        info.gidIndex = pickGid(ctx, p, pa.gid_tbl_len, &info.gid);
+        info.maxQpWr = attr.max_qp_wr;
+        info.maxCqe = attr.max_cqe;
+        info.gidIndex =
+            pickGid(ctx, p, pa.gid_tbl_len, pa.link_layer == IBV_LINK_LAYER_ETHERNET, &info.gid);
         if (info.gidIndex < 0) {
           TIDE_WARN("ib net: %s:%d: no usable GID (TIDE_IB_GID_INDEX=%ld)", name, p,
                     static_cast<long>(knobInt(Knob::IbGidIndex)));
@@ -113,12 +143,11 @@ Status ibFindPorts(std::vector<IbPortInfo>* out) {
 }
 
 IbDevice::~IbDevice() {
-  if (cq_) ibv_destroy_cq(cq_);
   if (pd_) ibv_dealloc_pd(pd_);
   if (ctx_) ibv_close_device(ctx_);
 }
 
-Status IbDevice::open(const IbPortInfo& port, int cqDepth, IbDevice** out) {
+Status IbDevice::open(const IbPortInfo& port, IbDevice** out) {
   *out = nullptr;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -132,30 +161,82 @@ Status IbDevice::open(const IbPortInfo& port, int cqDepth, IbDevice** out) {
   if (!dev->ctx_) return systemError("ib net: cannot open %s", port.device.c_str());
   dev->pd_ = ibv_alloc_pd(dev->ctx_);
   if (!dev->pd_) return errnoError(errno, "ib net: ibv_alloc_pd(%s)", port.device.c_str());
-  dev->cq_ = ibv_create_cq(dev->ctx_, cqDepth, nullptr, nullptr, 0);
-  if (!dev->cq_) return errnoError(errno, "ib net: ibv_create_cq(%d)", cqDepth);
   *out = dev.release();
   return Status::Ok();
 }
 
-bool IbDevice::dmabufSupported() const {
-  // rdma-core >= 34 (Debian 12 has 44) declares ibv_reg_dmabuf_mr; whether
-  // the kernel driver accepts it is only known when a registration is tried.
-  return true;
+Status ibCreateCq(IbDevice* dev, int depth, IbCq* out) {
+  *out = IbCq{};
+  out->channel = ibv_create_comp_channel(dev->ctx());
+  if (!out->channel) return errnoError(errno, "ib net: ibv_create_comp_channel");
+  int fl = fcntl(out->channel->fd, F_GETFL);
+  if (fl < 0 || fcntl(out->channel->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+    int e = errno;
+    ibDestroyCq(out);
+    return errnoError(e, "ib net: completion channel O_NONBLOCK");
+  }
+  int maxCqe = dev->port().maxCqe > 0 ? dev->port().maxCqe : depth;
+  out->cq = ibv_create_cq(dev->ctx(), std::min(depth, maxCqe), nullptr, out->channel, 0);
+  if (!out->cq) {
+    int e = errno;
+    ibDestroyCq(out);
+    return errnoError(e, "ib net: ibv_create_cq(%d)", depth);
+  }
+  return Status::Ok();
 }
 
-Status ibCreateQp(IbDevice* dev, int maxWr, ibv_qp** qp) {
+void ibDestroyCq(IbCq* c) {
+  if (c->cq) {
+    ibDrainCqEvents(c);
+    if (c->unacked) ibv_ack_cq_events(c->cq, c->unacked);
+    ibv_destroy_cq(c->cq);
+  }
+  if (c->channel) ibv_destroy_comp_channel(c->channel);
+  *c = IbCq{};
+}
+
+Status ibArmCq(IbCq* c) {
+  int rc = ibv_req_notify_cq(c->cq, 0);
+  if (rc != 0) return errnoError(rc, "ib net: ibv_req_notify_cq");
+  return Status::Ok();
+}
+
+bool ibDrainCqEvents(IbCq* c) {
+  bool any = false;
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  while (c->channel && ibv_get_cq_event(c->channel, &cq, &ctx) == 0) {
+    ++c->unacked;
+    any = true;
+  }
+  if (c->unacked >= 64) {  // acking takes a lock: batch it
+    ibv_ack_cq_events(c->cq, c->unacked);
+    c->unacked = 0;
+  }
+  return any;
+}
+
+Status ibCreateQp(IbDevice* dev, ibv_cq* cq, int maxSendWr, int maxRecvWr, int wantInline,
+                  ibv_qp** qp, int* inlineBytes) {
   ibv_qp_init_attr a{};
-  a.send_cq = dev->cq();
-  a.recv_cq = dev->cq();
+  a.send_cq = cq;
+  a.recv_cq = cq;
   a.qp_type = IBV_QPT_RC;
-  a.cap.max_send_wr = maxWr;
-  a.cap.max_recv_wr = maxWr;
+  a.cap.max_send_wr = maxSendWr;
+  a.cap.max_recv_wr = maxRecvWr;
   a.cap.max_send_sge = 1;
   a.cap.max_recv_sge = 1;
-  a.cap.max_inline_data = sizeof(CtsEntry);
+  a.cap.max_inline_data = wantInline;
   *qp = ibv_create_qp(dev->pd(), &a);
-  if (!*qp) return errnoError(errno, "ib net: ibv_create_qp");
+  if (!*qp && wantInline > 0) {  // some devices have no inline support
+    a.cap.max_inline_data = 0;
+    *qp = ibv_create_qp(dev->pd(), &a);
+  }
+  if (!*qp) {
+    return errnoError(errno, "ib net: ibv_create_qp(send %d, recv %d WRs) on %s", maxSendWr,
+                      maxRecvWr, dev->port().device.c_str());
+  }
+  *inlineBytes = static_cast<int>(a.cap.max_inline_data);
   return Status::Ok();
 }
 
@@ -165,15 +246,16 @@ Status ibQpToInit(ibv_qp* qp, int port) {
   a.pkey_index = 0;
   a.port_num = static_cast<uint8_t>(port);
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-  int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  int rc =
+      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (rc != 0) return errnoError(rc, "ib net: QP %u -> INIT", qp->qp_num);
   return Status::Ok();
 }
 
-Status ibQpToRtr(ibv_qp* qp, const IbPortInfo& local, const IbQpInfo& remote) {
+Status ibQpToRtr(ibv_qp* qp, const IbPortInfo& local, const IbRemoteQp& remote) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = local.mtu;
+  a.path_mtu = remote.mtu;
   a.dest_qp_num = remote.qpn;
   a.rq_psn = remote.psn;
   a.max_dest_rd_atomic = 1;
@@ -184,6 +266,7 @@ Status ibQpToRtr(ibv_qp* qp, const IbPortInfo& local, const IbQpInfo& remote) {
     memcpy(a.ah_attr.grh.dgid.raw, remote.gid, 16);
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(local.gidIndex);
     a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.grh.traffic_class = 0;
   } else {
     a.ah_attr.dlid = remote.lid;
   }
@@ -209,6 +292,12 @@ Status ibQpToRts(ibv_qp* qp, uint32_t psn, int timeout, int retryCnt) {
   return Status::Ok();
 }
 
+void ibQpToError(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  (void)ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
 Status ibRegMr(IbDevice* dev, void* addr, size_t len, int dmabufFd, uint64_t dmabufOffset,
                ibv_mr** out) {
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -224,7 +313,8 @@ Status ibRegMr(IbDevice* dev, void* addr, size_t len, int dmabufFd, uint64_t dma
 }
 
 Status ibPostWrite(ibv_qp* qp, uint64_t wrId, const void* local, uint32_t lkey, size_t len,
-                   uint64_t remote, uint32_t rkey, bool withImm, uint32_t imm, bool signaled) {
+                   uint64_t remote, uint32_t rkey, bool withImm, uint32_t imm, bool signaled,
+                   bool inlineOk) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uintptr_t>(local);
   sge.length = static_cast<uint32_t>(len);
@@ -236,12 +326,12 @@ Status ibPostWrite(ibv_qp* qp, uint64_t wrId, const void* local, uint32_t lkey, 
   wr.num_sge = len ? 1 : 0;
   wr.opcode = withImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  if (len <= sizeof(CtsEntry) && len > 0) wr.send_flags |= IBV_SEND_INLINE;
+  if (inlineOk && len > 0) wr.send_flags |= IBV_SEND_INLINE;
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote;
   wr.wr.rdma.rkey = rkey;
   int rc = ibv_post_send(qp, &wr, &bad);
-  if (rc != 0) return errnoError(rc, "ib net: ibv_post_send");
+  if (rc != 0) return errnoError(rc, "ib net: ibv_post_send (QP %u, %zu bytes)", qp->qp_num, len);
   return Status::Ok();
 }
 
@@ -252,7 +342,7 @@ Status ibPostRecv(ibv_qp* qp, uint64_t wrId) {
   wr.sg_list = nullptr;
   wr.num_sge = 0;
   int rc = ibv_post_recv(qp, &wr, &bad);
-  if (rc != 0) return errnoError(rc, "ib net: ibv_post_recv");
+  if (rc != 0) return errnoError(rc, "ib net: ibv_post_recv (QP %u)", qp->qp_num);
   return Status::Ok();
 }
 
