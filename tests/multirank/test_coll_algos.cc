@@ -21,6 +21,10 @@ const char kSetA[] = "allreduce:tree;allgather:rhd;reducescatter:rhd;broadcast:h
 const char kSetB[] = "allreduce:rhd;allgather:hier;reducescatter:hier;broadcast:ring;reduce:ring";
 const char kSetC[] = "allreduce:hier;allgather:ring;reducescatter:ring;broadcast:hier;reduce:ring";
 const std::vector<std::string> kAllSets = {kSetA, kSetB, kSetC};
+// One node only: direct (single-node, >= 64 KiB messages; smaller calls fall
+// back to the automatic choice) and oneshot (small; larger ones fall back).
+const char kSetD[] =
+    "allreduce:direct;allgather:direct;reducescatter:direct;broadcast:direct;reduce:oneshot";
 
 const char kColls[] = "colls=allreduce,allgather,reducescatter,broadcast,reduce;";
 // Every dtype x op at counts 0, 1, 7, 4097, in and out of place, every root.
@@ -81,14 +85,27 @@ void RunSets(int nranks, bool tcp, Layout layout, const std::vector<std::string>
   for (const auto& algo : kAllSets) Run(nranks, tcp, layout, algo, specs, timeout_s, extra);
 }
 
+void RunSetD(int nranks, const std::vector<std::string>& specs, int timeout_s) {
+  Run(nranks, false, {}, kSetD, specs, timeout_s);
+}
+
 // ---- One node, shared memory ----------------------------------------------------------
 TEST(AlgosShm, Ranks1To4) {
-  for (int n : {1, 2, 3, 4}) RunSets(n, false, {}, {kSmall, n >= 3 ? kLarge : kMid}, 200);
+  for (int n : {1, 2, 3, 4}) {
+    RunSets(n, false, {}, {kSmall, n >= 3 ? kLarge : kMid}, 200);
+    RunSetD(n, {kSmall, kMid}, 200);
+  }
 }
 TEST(AlgosShm, Ranks5And6) {
-  for (int n : {5, 6}) RunSets(n, false, {}, {kSmall, kMid}, 200);
+  for (int n : {5, 6}) {
+    RunSets(n, false, {}, {kSmall, kMid}, 200);
+    RunSetD(n, {kSmall, kMid}, 200);
+  }
 }
-TEST(AlgosShm, Ranks8Small) { RunSets(8, false, {}, {kSmall}, 300); }
+TEST(AlgosShm, Ranks8Small) {
+  RunSets(8, false, {}, {kSmall}, 300);
+  RunSetD(8, {kSmall, kMid}, 300);
+}
 
 // ---- One node, network transport --------------------------------------------------------
 TEST(AlgosNet, Ranks3And5) {
