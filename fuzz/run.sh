@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a
-# bounded time on a copy of its checked-in corpus.
+# bounded time on a copy of its checked-in corpus (fuzz/corpus/<target>;
+# fuzz/make_corpus.py rewrites the bootstrap frame seeds).
 #   fuzz/run.sh [seconds per target (default 60)] [build dir (default build-fuzz)]
 # Exit status: 0 when every target ran clean; non-zero on a finding (the
 # crashing input is left in the build dir as crash-*).
@@ -12,9 +13,10 @@ CXX=${FUZZ_CXX:-clang++}
 mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -I.
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -pthread)
-core=(src/core/bootstrap.cc src/core/bootstrap_root.cc src/core/auth.cc src/core/socket.cc
+core=(src/core/bootstrap.cc src/core/bootstrap_frame.cc src/core/bootstrap_root.cc
+      src/core/auth.cc src/core/socket.cc
       src/core/config.cc src/core/log.cc src/core/status.cc)
-targets=(boot_hello unique_id)
+targets=(boot_frame boot_hello unique_id)
 for t in "${targets[@]}"; do
   echo "== fuzz: building $t"
   "$CXX" "${flags[@]}" "fuzz/fuzz_$t.cc" "${core[@]}" -o "$out/fuzz_$t"

@@ -4,11 +4,18 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "core/bootstrap_frame.h"
+#include "core/bootstrap_wire.h"
 #include "core/config.h"
 #include "core/log.h"
 
@@ -99,10 +106,151 @@ void secretFromEnvironment(uint8_t secret[kSecretBytes], bool* authenticated) {
 
 namespace {
 
-Digest helloProof(const UniqueIdData& id, const char* label, const uint8_t* nonce, int32_t rank,
-                  int32_t nranks) {
-  int32_t ctx[2] = {rank, nranks};
-  return connectionProof(id.secret, label, nonce, ctx, sizeof(ctx));
+constexpr const char* kRootLabel = "tide-bootstrap-root";
+constexpr const char* kRingLabel = "tide-bootstrap-ring";
+
+const char* refusalText(int32_t code) {
+  switch (code) {
+    case kBootRefuseNranks: return "nranks mismatch";
+    case kBootRefuseDuplicate: return "duplicate rank";
+    default: return "bad rank, nranks or address";
+  }
+}
+
+// A connection on this rank's listener that was challenged and has not yet
+// sent a complete ring hello. Fixed size, whatever the peer sends.
+struct RingPending {
+  Socket sock;
+  std::chrono::steady_clock::time_point acceptedAt;
+  uint8_t nonce[kNonceBytes];
+  uint8_t frame[kFrameHeaderBytes + kHelloBytes];
+  size_t got = 0;
+};
+
+constexpr auto kRingHandshake = std::chrono::seconds(5);
+constexpr size_t kRingPendingCap = 16;
+
+// Judges what `c` sent so far: 1 when it is the authentic rank `prev`, -1
+// when it must be dropped (reason in *why), 0 when more bytes are needed.
+int judgeRingHello(RingPending& c, const UniqueIdData& id, int prev, int nranks,
+                   std::string* why) {
+  FrameHeader h;
+  if (c.got >= kFrameHeaderBytes) {
+    FrameError e = parseFrameHeader(c.frame, FrameType::kRingHello, {}, &h);
+    if (e != FrameError::kOk) {
+      *why = describeFrameError(e, h, FrameType::kRingHello, {});
+      return -1;
+    }
+  }
+  if (c.got < sizeof(c.frame)) return 0;
+  BootHello peer;
+  decodeHello(c.frame + kFrameHeaderBytes, &peer);
+  Digest want = helloProof(id.secret, kRingLabel, c.nonce, peer);
+  bool zeroListen = peer.listen.family == 0 && peer.listen.port == 0;
+  if (peer.rank != prev || peer.nranks != nranks || !zeroListen ||
+      (id.authenticated && !constantTimeEqual(want.data(), peer.proof, want.size()))) {
+    char buf[160];
+    snprintf(buf, sizeof(buf),
+             "a ring hello claiming rank %d of %d; want rank %d of %d with a valid proof",
+             peer.rank, peer.nranks, prev, nranks);
+    *why = buf;
+    return -1;
+  }
+  return 1;
+}
+
+// Ring handshake of one rank, as one poll loop: answers next's challenge
+// when it arrives, and challenges every connection on the listener until
+// rank prev proves itself. Handshakes run side by side (each bounded by
+// kRingHandshake, at most kRingPendingCap at once, the oldest shed), so a
+// silent or slow stranger never holds up the ring. Bounded by `deadline`
+// and `abortFlag`.
+Status formRing(const Socket& listener, const Socket& next, const UniqueIdData& id, int rank,
+                int nranks, Deadline deadline, const std::atomic<bool>* abortFlag,
+                Socket* prevOut) {
+  using Clock = std::chrono::steady_clock;
+  const int nextRank = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+  TIDE_TRY(listener.setNonBlocking(true));
+  std::vector<std::unique_ptr<RingPending>> pending;
+  bool answeredNext = false;
+  size_t dropped = 0;
+  auto drop = [&](size_t i, const std::string& why) {
+    if (++dropped <= 4) {
+      SockAddr from;
+      std::string who = pending[i]->sock.peerAddr(&from).ok() ? from.str() : "?";
+      TIDE_WARN("bootstrap: dropped a ring connection from %s (%s)", who.c_str(), why.c_str());
+    }
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  std::vector<pollfd> fds;
+  while (!prevOut->valid() || !answeredNext) {
+    if (abortFlag && abortFlag->load()) return remoteError("bootstrap aborted");
+    if (deadline.expired())
+      return timeoutError("bootstrap: ring with rank %d (next) and rank %d (prev) not formed "
+                          "before the timeout (%s)",
+                          nextRank, prev,
+                          answeredNext ? "no valid hello from prev" : "no challenge from next");
+    Clock::time_point now = Clock::now();
+    for (size_t i = pending.size(); i-- > 0;)
+      if (now - pending[i]->acceptedAt >= kRingHandshake) drop(i, "handshake deadline passed");
+    fds.clear();
+    // A negative fd is skipped by poll (no spurious POLLHUP once done).
+    fds.push_back({answeredNext ? -1 : next.fd(), POLLIN, 0});
+    fds.push_back({prevOut->valid() ? -1 : listener.fd(), POLLIN, 0});
+    for (auto& c : pending) fds.push_back({c->sock.fd(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), deadline.remainingMs(100)) < 0 && errno != EINTR)
+      return errnoError(errno, "poll (bootstrap ring)");
+
+    if (fds[0].revents) {
+      uint8_t theirs[kNonceBytes];
+      TIDE_TRY(recvFrame(next, FrameType::kChallenge, {}, theirs, sizeof(theirs), deadline,
+                         abortFlag, "rank " + std::to_string(nextRank)));
+      BootHello h;
+      h.rank = rank;
+      h.nranks = nranks;
+      Digest p = helloProof(id.secret, kRingLabel, theirs, h);
+      memcpy(h.proof, p.data(), p.size());
+      auto rf = helloFrame(h, FrameType::kRingHello);
+      TIDE_TRY(next.sendAll(rf.data(), rf.size(), deadline, abortFlag));
+      answeredNext = true;
+    }
+    // fds[2 + i] belongs to pending[i]; walk backwards so drops keep indices.
+    for (size_t i = fds.size() - 2; i-- > 0;) {
+      if (!fds[2 + i].revents || prevOut->valid()) continue;
+      RingPending& c = *pending[i];
+      size_t want = c.got < kFrameHeaderBytes ? kFrameHeaderBytes : sizeof(c.frame);
+      size_t n = 0;
+      if (!c.sock.recvSome(c.frame + c.got, want - c.got, &n).ok()) {
+        drop(i, "closed during the handshake");
+        continue;
+      }
+      c.got += n;
+      std::string why;
+      int verdict = judgeRingHello(c, id, prev, nranks, &why);
+      if (verdict < 0) {
+        drop(i, why);
+      } else if (verdict > 0) {
+        *prevOut = std::move(c.sock);
+      }
+    }
+    if (fds[1].revents && !prevOut->valid()) {
+      for (int k = 0; k < 16; ++k) {
+        int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        if (pending.size() >= kRingPendingCap) drop(0, "too many pending ring connections");
+        auto c = std::make_unique<RingPending>();
+        c->sock = Socket(fd);
+        c->acceptedAt = Clock::now();
+        TIDE_TRY(randomBytes(c->nonce, sizeof(c->nonce)));
+        auto cf = challengeFrame(c->nonce);
+        size_t sent = 0;
+        // A fresh connection has room for 32 bytes; one without is dropped.
+        if (!c->sock.sendSome(cf.data(), cf.size(), &sent).ok() || sent != cf.size()) continue;
+        pending.push_back(std::move(c));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -170,6 +318,9 @@ Status Bootstrap::startRootOnListener(const UniqueIdData& id) {
 
 Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeoutSec,
                          const std::atomic<bool>* abortFlag, std::unique_ptr<Bootstrap>* out) {
+  if (nranks < 1 || nranks > kMaxBootRanks || rank < 0 || rank >= nranks)
+    return invalidArgument("bootstrap: rank %d of %d is out of range (1 to %d ranks)", rank,
+                           nranks, kMaxBootRanks);
   std::unique_ptr<Bootstrap> b(new Bootstrap());
   b->rank_ = rank;
   b->nranks_ = nranks;
@@ -190,30 +341,37 @@ Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeo
   SockAddr listenAddr;
   TIDE_TRY(listener.localAddr(&listenAddr));
 
-  // 2. Answer the root's challenge with our hello.
-  BootChallenge ch;
-  TIDE_TRY(root.recvAll(&ch, sizeof(ch), deadline, abortFlag));
-  if (ch.magic != kBootMagic) return remoteError("bootstrap root at %s sent a bad challenge",
-                                                 id.root.str().c_str());
+  // 2. Answer the root's challenge with our hello (one frame, one write).
+  std::string rootName = "bootstrap root at " + id.root.str();
+  uint8_t nonce[kNonceBytes];
+  TIDE_TRY(recvFrame(root, FrameType::kChallenge, {}, nonce, sizeof(nonce), deadline, abortFlag,
+                     rootName));
   BootHello hello;
   hello.rank = rank;
   hello.nranks = nranks;
   hello.listen = toWire(listenAddr);
-  Digest proof = helloProof(id, "tide-bootstrap-root", ch.nonce, rank, nranks);
+  Digest proof = helloProof(id.secret, kRootLabel, nonce, hello);
   memcpy(hello.proof, proof.data(), proof.size());
-  TIDE_TRY(root.sendAll(&hello, sizeof(hello), deadline, abortFlag));
+  auto hf = helloFrame(hello, FrameType::kHello);
+  TIDE_TRY(root.sendAll(hf.data(), hf.size(), deadline, abortFlag));
 
-  // 3. Receive everybody's listening address.
-  int32_t status = 0;
-  TIDE_TRY(root.recvAll(&status, sizeof(status), deadline, abortFlag));
+  // 3. Status, then everybody's listening address (length fixed by nranks).
+  uint8_t code[4];
+  TIDE_TRY(recvFrame(root, FrameType::kStatus, {}, code, sizeof(code), deadline, abortFlag,
+                     rootName));
+  int32_t status = static_cast<int32_t>(code[0] | (code[1] << 8) | (code[2] << 16) |
+                                        (static_cast<uint32_t>(code[3]) << 24));
   if (status != 0)
     return invalidUsage("bootstrap root refused rank %d of %d (code %d: %s)", rank, nranks, status,
-                        status == 1 ? "nranks mismatch" : status == 2 ? "duplicate rank"
-                                                                      : "bad rank");
-  std::vector<WireAddr> table(nranks);
-  TIDE_TRY(root.recvAll(table.data(), table.size() * sizeof(WireAddr), deadline, abortFlag));
+                        refusalText(status));
+  std::vector<uint8_t> raw(static_cast<size_t>(nranks) * kWireAddrBytes);
+  FrameLimits lim;
+  lim.nranks = nranks;
+  TIDE_TRY(recvFrame(root, FrameType::kTable, lim, raw.data(), raw.size(), deadline, abortFlag,
+                     rootName));
   root.close();
-  b->table_ = table;
+  b->table_.resize(nranks);
+  for (int r = 0; r < nranks; ++r) decodeWireAddr(raw.data() + r * kWireAddrBytes, &b->table_[r]);
   if (nranks == 1) {
     *out = std::move(b);
     return Status::Ok();
@@ -222,92 +380,91 @@ Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeo
   // 4. Ring: connect to next, accept from prev (authenticated both ways by the
   //    acceptor's challenge). Strangers are dropped and we keep accepting.
   int next = (rank + 1) % nranks;
-  int prev = (rank - 1 + nranks) % nranks;
-  TIDE_TRY(Socket::connect(fromWire(table[next]), deadline, abortFlag, &b->next_));
-  bool answeredNext = false;
-  for (;;) {
-    Socket s;
-    TIDE_TRY(listener.accept(&s, deadline, abortFlag));
-    BootChallenge mine;
-    TIDE_TRY(randomBytes(mine.nonce, sizeof(mine.nonce)));
-    if (!s.sendAll(&mine, sizeof(mine), Deadline::after(5), abortFlag).ok()) continue;
-    if (!answeredNext) {
-      // `next` challenges us as soon as it accepted; it never waits on us
-      // first, so this cannot form a cycle.
-      BootChallenge theirs;
-      TIDE_TRY(b->next_.recvAll(&theirs, sizeof(theirs), deadline, abortFlag));
-      if (theirs.magic != kBootMagic)
-        return remoteError("bootstrap: bad challenge from rank %d", next);
-      BootHello h;
-      h.rank = rank;
-      h.nranks = nranks;
-      Digest p = helloProof(id, "tide-bootstrap-ring", theirs.nonce, rank, nranks);
-      memcpy(h.proof, p.data(), p.size());
-      TIDE_TRY(b->next_.sendAll(&h, sizeof(h), deadline, abortFlag));
-      answeredNext = true;
-    }
-    BootHello peerHello;
-    Status st = s.recvAll(&peerHello, sizeof(peerHello), Deadline::after(5), abortFlag);
-    if (!st.ok()) {
-      if (abortFlag && abortFlag->load()) return st;
-      TIDE_WARN("bootstrap: dropped a connection that did not answer (%s)", st.message().c_str());
-      continue;
-    }
-    Digest want = helloProof(id, "tide-bootstrap-ring", mine.nonce, prev, nranks);
-    if (peerHello.magic != kBootMagic || peerHello.rank != prev || peerHello.nranks != nranks ||
-        (id.authenticated && !constantTimeEqual(want.data(), peerHello.proof, want.size()))) {
-      TIDE_WARN("bootstrap: rejected a ring connection claiming rank %d", peerHello.rank);
-      continue;
-    }
-    b->prev_ = std::move(s);
-    break;
-  }
+  TIDE_TRY(Socket::connect(fromWire(b->table_[next]), deadline, abortFlag, &b->next_));
+  (void)b->next_.setNoDelay();
+  TIDE_TRY(formRing(listener, b->next_, id, rank, nranks, deadline, abortFlag, &b->prev_));
+  (void)b->prev_.setNoDelay();
   *out = std::move(b);
   return Status::Ok();
 }
 
 // Sends `bytes` to next while receiving `bytes` from prev, without blocking
-// either direction (so large blocks cannot deadlock the ring).
-Status Bootstrap::exchange(const void* sbuf, void* rbuf, size_t bytes) {
+// either direction (so large blocks cannot deadlock the ring). Each direction
+// is a header then the payload; the received header is judged (type, and the
+// length both sides agreed) before a payload byte is read.
+Status Bootstrap::exchange(const void* sbuf, void* rbuf, size_t bytes, uint8_t type) {
   Deadline deadline = Deadline::after(timeoutSec_);
+  FrameType ft = static_cast<FrameType>(type);
+  FrameLimits lim;
+  lim.blockBytes = static_cast<uint32_t>(bytes);
+  uint8_t shdr[kFrameHeaderBytes], rhdr[kFrameHeaderBytes];
+  FrameHeader h;
+  h.type = type;
+  h.length = static_cast<uint32_t>(bytes);
+  encodeFrameHeader(h, shdr);
   const char* sp = static_cast<const char*>(sbuf);
   char* rp = static_cast<char*>(rbuf);
+  const size_t total = kFrameHeaderBytes + bytes;
   size_t sent = 0, got = 0;
-  while (sent < bytes || got < bytes) {
+  while (sent < total || got < total) {
     size_t n = 0;
-    if (sent < bytes) {
-      TIDE_TRY(next_.sendSome(sp + sent, bytes - sent, &n));
+    if (sent < total) {
+      if (sent < kFrameHeaderBytes) {
+        TIDE_TRY(next_.sendSome(shdr + sent, kFrameHeaderBytes - sent, &n));
+      } else {
+        TIDE_TRY(next_.sendSome(sp + (sent - kFrameHeaderBytes), total - sent, &n));
+      }
       sent += n;
     }
     size_t m = 0;
-    if (got < bytes) {
-      TIDE_TRY(prev_.recvSome(rp + got, bytes - got, &m));
+    if (got < total) {
+      if (got < kFrameHeaderBytes) {
+        TIDE_TRY(prev_.recvSome(rhdr + got, kFrameHeaderBytes - got, &m));
+        if (got + m == kFrameHeaderBytes) {
+          FrameError e = parseFrameHeader(rhdr, ft, lim, &h);
+          if (e != FrameError::kOk)
+            return remoteError("bootstrap: bad %s frame from rank %d: %s",
+                               frameTypeName(type), (rank_ - 1 + nranks_) % nranks_,
+                               describeFrameError(e, h, ft, lim).c_str());
+        }
+      } else {
+        TIDE_TRY(prev_.recvSome(rp + (got - kFrameHeaderBytes), total - got, &m));
+      }
       got += m;
     }
     if (n == 0 && m == 0) {
       if (abort_ && abort_->load()) return remoteError("bootstrap aborted");
       if (deadline.expired()) return timeoutError("bootstrap exchange timed out");
-      pollfd fds[2] = {{next_.fd(), static_cast<short>(sent < bytes ? POLLOUT : 0), 0},
-                       {prev_.fd(), static_cast<short>(got < bytes ? POLLIN : 0), 0}};
+      pollfd fds[2] = {{next_.fd(), static_cast<short>(sent < total ? POLLOUT : 0), 0},
+                       {prev_.fd(), static_cast<short>(got < total ? POLLIN : 0), 0}};
       poll(fds, 2, deadline.remainingMs(100));
     }
   }
   return Status::Ok();
 }
 
-Status Bootstrap::allGather(void* all, size_t bytes) {
+Status Bootstrap::allGatherTyped(void* all, size_t bytes, uint8_t type) {
   char* base = static_cast<char*>(all);
   for (int s = 0; s < nranks_ - 1; ++s) {
-    int sendBlock = (rank_ - s + nranks_) % nranks_;
-    int recvBlock = (rank_ - s - 1 + nranks_) % nranks_;
-    TIDE_TRY(exchange(base + sendBlock * bytes, base + recvBlock * bytes, bytes));
+    size_t sendBlock = static_cast<size_t>((rank_ - s + nranks_) % nranks_);
+    size_t recvBlock = static_cast<size_t>((rank_ - s - 1 + nranks_) % nranks_);
+    // Blocks above kMaxGatherFrame travel as several frames; both sides cut
+    // them the same way.
+    for (size_t off = 0; off < bytes; off += kMaxGatherFrame) {
+      size_t len = std::min<size_t>(bytes - off, kMaxGatherFrame);
+      TIDE_TRY(exchange(base + sendBlock * bytes + off, base + recvBlock * bytes + off, len, type));
+    }
   }
   return Status::Ok();
 }
 
+Status Bootstrap::allGather(void* all, size_t bytes) {
+  return allGatherTyped(all, bytes, static_cast<uint8_t>(FrameType::kGather));
+}
+
 Status Bootstrap::barrier() {
   std::vector<char> tmp(nranks_, 0);
-  return allGather(tmp.data(), 1);
+  return allGatherTyped(tmp.data(), 1, static_cast<uint8_t>(FrameType::kBarrier));
 }
 
 }  // namespace tide

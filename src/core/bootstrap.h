@@ -55,7 +55,10 @@ class Bootstrap {
 
  private:
   Bootstrap() = default;
-  Status exchange(const void* sbuf, void* rbuf, size_t bytes);
+  // One ring step: sends `bytes` to next while receiving `bytes` from prev,
+  // as frames of `type` (kGather or kBarrier).
+  Status exchange(const void* sbuf, void* rbuf, size_t bytes, uint8_t type);
+  Status allGatherTyped(void* all, size_t bytes, uint8_t type);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -85,22 +88,8 @@ Status interfaceAddress(int family, SockAddr* addr);
 // socket instead of binding a new one; `id.root` is not used.
 Status startBootstrapRootOn(Socket listener, const UniqueIdData& id);
 
-constexpr uint64_t kBootMagic = 0x74696465426f6f74ull;  // "tideBoot"
-constexpr uint32_t kBootVersion = 1;
-
-struct BootChallenge {
-  uint64_t magic = kBootMagic;
-  uint8_t nonce[kNonceBytes] = {};
-};
-
-struct BootHello {
-  uint64_t magic = kBootMagic;
-  uint32_t version = kBootVersion;
-  int32_t rank = -1;
-  int32_t nranks = 0;
-  uint32_t reserved = 0;
-  WireAddr listen;
-  uint8_t proof[32] = {};
-};
+// Bootstrap protocol version, carried in every frame header
+// (core/bootstrap_frame.h). 2: typed frames; 1: fixed structs, no header.
+constexpr uint16_t kBootVersion = 2;
 
 }  // namespace tide

@@ -3,15 +3,18 @@
 //
 // One thread runs a poll() loop over non-blocking sockets, so no peer can
 // stall another: each accepted connection gets its own challenge and must
-// deliver a complete, authentic BootHello within kHandshake of being
-// accepted. Nothing is allocated on a peer's say-so before its proof checks
-// out; the pending set is capped and sheds its oldest members under a flood.
+// deliver a complete, authentic hello frame within kHandshake of being
+// accepted. The 16-byte frame header is judged (magic, version, type, exact
+// length) as soon as it is in, before the payload is read; nothing is
+// allocated on a peer's say-so before its proof checks out; the pending set
+// is capped and sheds its oldest members under a flood.
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "core/bootstrap.h"
+#include "core/bootstrap_frame.h"
 #include "core/bootstrap_wire.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -30,10 +34,8 @@ namespace tide {
 
 HelloVerdict checkBootHello(const BootHello& h, const uint8_t nonce[kNonceBytes],
                             const UniqueIdData& id, int32_t expectNranks) {
-  if (h.magic != kBootMagic || h.version != kBootVersion) return HelloVerdict::kDrop;
   if (id.authenticated) {
-    int32_t ctx[2] = {h.rank, h.nranks};
-    Digest want = connectionProof(id.secret, "tide-bootstrap-root", nonce, ctx, sizeof(ctx));
+    Digest want = helloProof(id.secret, "tide-bootstrap-root", nonce, h);
     if (!constantTimeEqual(want.data(), h.proof, want.size())) return HelloVerdict::kDrop;
   }
   if (h.nranks <= 0 || h.nranks > kMaxBootRanks) return HelloVerdict::kRefuseBad;
@@ -56,6 +58,7 @@ constexpr size_t kPendingPerRank = 4;
 constexpr int kAcceptBatch = 64;  // accepts per loop turn, so handshakes keep moving
 constexpr int kMaxPollMs = 500;
 constexpr size_t kLoudRefusals = 8;  // refusals and hang-ups logged as warnings
+constexpr size_t kLoudVersions = 4;  // version mismatches logged as warnings
 
 struct RootState {
   Socket listener;
@@ -68,10 +71,12 @@ struct RootState {
 struct Pending {
   Socket sock;
   Clock::time_point acceptedAt;
-  BootChallenge challenge;
+  uint8_t nonce[kNonceBytes];
+  std::array<uint8_t, kFrameHeaderBytes + kNonceBytes> challenge;
   size_t challengeSent = 0;
-  BootHello hello;  // raw bytes as received
-  size_t helloGot = 0;
+  uint8_t frame[kFrameHeaderBytes + kHelloBytes];  // raw hello frame as received
+  size_t frameGot = 0;
+  BootHello hello;  // decoded once complete
   bool done = false;  // closed or promoted; swept at the end of the loop turn
 };
 
@@ -112,8 +117,9 @@ class RootServer {
     if (gather()) distribute();
     if (dropped_ > 0)
       TIDE_WARN("bootstrap root: closed %zu connection(s) that did not complete a valid "
-                "handshake (%zu failed authentication, %zu timed out, %zu shed under load)",
-                dropped_, badAuth_, expired_, evicted_);
+                "handshake (%zu malformed frames, %zu failed authentication, %zu timed out, "
+                "%zu shed under load)",
+                dropped_, badFrame_, badAuth_, expired_, evicted_);
   }
 
  private:
@@ -131,8 +137,10 @@ class RootServer {
   void closePending(Pending& c, int32_t code, const char* why) {
     if (code != 0) {
       size_t n = 0;
-      // A fresh connection has room for 4 bytes; if not, the peer gets none.
-      (void)c.sock.sendSome(&code, sizeof(code), &n);
+      // A fresh connection has room for one status frame; if not, the peer
+      // gets a truncated one, which it reports as such.
+      auto f = statusFrame(code);
+      (void)c.sock.sendSome(f.data(), f.size(), &n);
     }
     TIDE_INFO("bootstrap root: closed a connection from %s (%s)", peerName(c.sock).c_str(), why);
     c.sock.close();
@@ -162,10 +170,10 @@ class RootServer {
   // Judges a complete hello: keeps the connection as a member or closes it.
   void finishHello(Pending& c) {
     const BootHello& h = c.hello;
-    switch (checkBootHello(h, c.challenge.nonce, st_->id, nranks_)) {
+    switch (checkBootHello(h, c.nonce, st_->id, nranks_)) {
       case HelloVerdict::kDrop:
         ++badAuth_;
-        dropJunk(c, "bad magic, version or proof");
+        dropJunk(c, "wrong proof (not this job's secret)");
         return;
       case HelloVerdict::kRefuseNranks:
         refuse(c, kBootRefuseNranks, "nranks mismatch");
@@ -191,25 +199,46 @@ class RootServer {
               members_.size());
   }
 
+  // Judges the hello frame's header the moment it is complete; false when
+  // the connection was dropped.
+  bool checkHeader(Pending& c) {
+    FrameHeader h;
+    FrameError e = parseFrameHeader(c.frame, FrameType::kHello, {}, &h);
+    if (e == FrameError::kOk) return true;
+    ++badFrame_;
+    std::string why = describeFrameError(e, h, FrameType::kHello, {});
+    if (e == FrameError::kVersion && ++versions_ <= kLoudVersions) {
+      TIDE_WARN("bootstrap root: %s sent a hello with %s", peerName(c.sock).c_str(),
+                why.c_str());
+    }
+    dropJunk(c, why.c_str());
+    return false;
+  }
+
   // Moves the handshake of `c` forward after poll reported `revents`.
   void service(Pending& c, short revents) {
     if (revents & (POLLERR | POLLNVAL)) return dropJunk(c, "socket error");
-    if (c.challengeSent < sizeof(c.challenge)) {
+    if (c.challengeSent < c.challenge.size()) {
       size_t n = 0;
-      const char* p = reinterpret_cast<const char*>(&c.challenge);
-      if (!c.sock.sendSome(p + c.challengeSent, sizeof(c.challenge) - c.challengeSent, &n).ok())
+      if (!c.sock.sendSome(c.challenge.data() + c.challengeSent,
+                           c.challenge.size() - c.challengeSent, &n).ok())
         return dropJunk(c, "closed before the challenge");
       c.challengeSent += n;
       return;
     }
     if (!(revents & (POLLIN | POLLHUP))) return;
+    // Header first, then exactly one hello payload: extra bytes stay in the
+    // kernel, and a bad header ends the connection before its payload.
+    size_t want = c.frameGot < kFrameHeaderBytes ? kFrameHeaderBytes : sizeof(c.frame);
     size_t n = 0;
-    char* p = reinterpret_cast<char*>(&c.hello);
-    // Never more than the rest of one hello: extra bytes stay in the kernel.
-    if (!c.sock.recvSome(p + c.helloGot, sizeof(c.hello) - c.helloGot, &n).ok())
+    if (!c.sock.recvSome(c.frame + c.frameGot, want - c.frameGot, &n).ok())
       return dropJunk(c, "closed during the handshake");
-    c.helloGot += n;
-    if (c.helloGot == sizeof(c.hello)) finishHello(c);
+    c.frameGot += n;
+    if (c.frameGot == kFrameHeaderBytes && n > 0 && !checkHeader(c)) return;
+    if (c.frameGot == sizeof(c.frame)) {
+      decodeHello(c.frame + kFrameHeaderBytes, &c.hello);
+      finishHello(c);
+    }
   }
 
   // Whether the listener may be polled now (below the cap, or the oldest
@@ -248,10 +277,11 @@ class RootServer {
       c->sock = Socket(fd);
       c->acceptedAt = now;
       ++live_;
-      if (!randomBytes(c->challenge.nonce, sizeof(c->challenge.nonce)).ok()) {
+      if (!randomBytes(c->nonce, sizeof(c->nonce)).ok()) {
         dropJunk(*c, "no randomness for the challenge");
         continue;
       }
+      c->challenge = challengeFrame(c->nonce);
       service(*c, POLLOUT);  // the challenge nearly always fits at once
       if (!c->done) pending_.push_back(std::move(c));
     }
@@ -299,7 +329,7 @@ class RootServer {
       if (Pending* o = oldest())
         timeoutMs = std::min(timeoutMs, msUntil(o->acceptedAt + kHandshake, now));
       for (auto& p : pending_) {
-        short ev = p->challengeSent < sizeof(p->challenge) ? POLLOUT : POLLIN;
+        short ev = p->challengeSent < p->challenge.size() ? POLLOUT : POLLIN;
         fds.push_back({p->sock.fd(), ev, 0});
         polledPending.push_back(p.get());
       }
@@ -346,10 +376,17 @@ class RootServer {
       if (!p->done) dropJunk(*p, "the table is complete");
     pending_.clear();
 
-    std::vector<uint8_t> reply(sizeof(int32_t) + members_.size() * sizeof(WireAddr), 0);
+    // One buffer for everyone: status frame (0), then the table frame.
+    auto ok = statusFrame(0);
+    const size_t tableAt = ok.size() + kFrameHeaderBytes;
+    std::vector<uint8_t> reply(tableAt + members_.size() * kWireAddrBytes, 0);
+    memcpy(reply.data(), ok.data(), ok.size());
+    FrameHeader th;
+    th.type = static_cast<uint8_t>(FrameType::kTable);
+    th.length = static_cast<uint32_t>(members_.size() * kWireAddrBytes);
+    encodeFrameHeader(th, reply.data() + ok.size());
     for (auto& [rank, m] : members_)
-      memcpy(reply.data() + sizeof(int32_t) + rank * sizeof(WireAddr), &m.listen,
-             sizeof(WireAddr));
+      encodeWireAddr(m.listen, reply.data() + tableAt + static_cast<size_t>(rank) * kWireAddrBytes);
     Deadline deadline = Deadline::after(st_->timeoutSec);
     std::vector<pollfd> fds;
     std::vector<int32_t> ranks;
@@ -392,7 +429,8 @@ class RootServer {
   int32_t nranks_ = 0;                             // 0 until the first accepted hello
   Deadline progress_;                              // reset whenever a rank arrives
   Clock::time_point acceptPausedUntil_{};
-  size_t dropped_ = 0, badAuth_ = 0, expired_ = 0, evicted_ = 0, refused_ = 0;
+  size_t dropped_ = 0, badFrame_ = 0, badAuth_ = 0, expired_ = 0, evicted_ = 0, refused_ = 0;
+  size_t versions_ = 0;
 };
 
 void serveRoot(std::unique_ptr<RootState> st) {

@@ -1,223 +1,218 @@
-// The bootstrap root under junk connections: hello validation, handshake
-// deadlines, the lifetime timeout, duplicates, and memory under a burst.
-// Ranks run as threads; junk clients speak raw TCP on loopback. Every wait is
-// bounded; the whole file runs in about 15 s.
+// The bootstrap's typed frames and the root's rules for well-formed peers:
+// the pure frame parser, hello validation, handshake deadlines, the lifetime
+// timeout, duplicates, and a rank facing a misbehaving root. Junk
+// connections during a real init are in test_bootjunk.cc. Ranks run as
+// threads; raw clients speak TCP on loopback. Every wait is bounded.
 #include <gtest/gtest.h>
-
-#include "bootstrap_util.h"
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/auth.h"
-#include "core/bootstrap.h"
-#include "core/bootstrap_wire.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "bootroot_util.h"
+#include "core/bootstrap_frame.h"
 
 namespace tide {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace bootroot;  // NOLINT(build/namespaces): test helpers only
 
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+// ---- Frame parser (pure) ---------------------------------------------------------------
+
+TEST(BootFrame, HeaderByteLayoutIsLittleEndian) {
+  std::vector<uint8_t> h = rawHeader(static_cast<uint8_t>(FrameType::kTable), 0x01020304);
+  const uint8_t want[kFrameHeaderBytes] = {'T', 'd', 'B', 'f', kBootVersion, 0, 4, 0, 4, 3, 2, 1,
+                                           0,   0,   0,   0};
+  EXPECT_EQ(memcmp(h.data(), want, sizeof(want)), 0);
+  FrameHeader d;
+  decodeFrameHeader(h.data(), &d);
+  EXPECT_EQ(d.magic, kFrameMagic);
+  EXPECT_EQ(d.version, kBootVersion);
+  EXPECT_EQ(d.type, 4);
+  EXPECT_EQ(d.length, 0x01020304u);
+  EXPECT_EQ(d.reserved, 0u);
+  EXPECT_EQ(kBootVersion, 2) << "typed frames are protocol version 2";
 }
 
-void sleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-// Sets TIDE_TIMEOUT while a root is started (the root reads it once).
-class ScopedTimeout {
- public:
-  explicit ScopedTimeout(const char* value) {
-    const char* old = getenv("TIDE_TIMEOUT");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv("TIDE_TIMEOUT", value, 1);
-  }
-  ~ScopedTimeout() {
-    if (had_) {
-      setenv("TIDE_TIMEOUT", old_.c_str(), 1);
-    } else {
-      unsetenv("TIDE_TIMEOUT");
+TEST(BootFrame, FixedTypesAcceptOnlyTheirExactLength) {
+  struct Case {
+    FrameType type;
+    uint32_t len;
+  };
+  for (Case c : {Case{FrameType::kChallenge, kNonceBytes}, Case{FrameType::kHello, kHelloBytes},
+                 Case{FrameType::kRingHello, kHelloBytes}, Case{FrameType::kStatus, 4},
+                 Case{FrameType::kBarrier, 1}}) {
+    SCOPED_TRACE(frameTypeName(static_cast<uint8_t>(c.type)));
+    FrameHeader got;
+    uint8_t t = static_cast<uint8_t>(c.type);
+    EXPECT_EQ(parseFrameHeader(rawHeader(t, c.len).data(), c.type, {}, &got), FrameError::kOk);
+    for (uint32_t bad : {0u, c.len - 1, c.len + 1, 0xFFFFFFFFu, 0x80000000u}) {
+      if (bad == c.len) continue;
+      EXPECT_EQ(parseFrameHeader(rawHeader(t, bad).data(), c.type, {}, &got), FrameError::kLength)
+          << bad;
     }
   }
+  EXPECT_EQ(kHelloBytes, 60u);
+}
 
- private:
-  bool had_ = false;
-  std::string old_;
-};
-
-// A loopback listener whose address junk hellos announce: nobody may ever
-// connect to it, which would mean the root put a junk address in a table.
-struct Trap {
-  Socket sock;
-  WireAddr addr;
-  Trap() {
-    SockAddr a;
-    EXPECT_TRUE(resolveAddress("127.0.0.1", 0, &a).ok());
-    EXPECT_TRUE(Socket::listen(a, 16, &sock).ok());
-    EXPECT_TRUE(sock.localAddr(&a).ok());
-    addr = toWire(a);
+TEST(BootFrame, VariableLengthsFollowWhatTheReceiverKnows) {
+  FrameHeader got;
+  const uint8_t table = static_cast<uint8_t>(FrameType::kTable);
+  FrameLimits four;
+  four.nranks = 4;
+  EXPECT_EQ(parseFrameHeader(rawHeader(table, 80).data(), FrameType::kTable, four, &got),
+            FrameError::kOk);
+  EXPECT_EQ(parseFrameHeader(rawHeader(table, 100).data(), FrameType::kTable, four, &got),
+            FrameError::kLength);  // a table for more ranks than agreed
+  EXPECT_EQ(parseFrameHeader(rawHeader(table, 0xFFFFFFFF).data(), FrameType::kTable, four, &got),
+            FrameError::kLength);
+  for (int32_t n : {0, -1, kMaxBootRanks + 1}) {
+    FrameLimits lim;
+    lim.nranks = n;
+    EXPECT_EQ(parseFrameHeader(rawHeader(table, 0).data(), FrameType::kTable, lim, &got),
+              FrameError::kLimits)
+        << n;
   }
-  bool touched() const {
-    pollfd p{sock.fd(), POLLIN, 0};
-    return poll(&p, 1, 0) > 0;
-  }
-};
+  FrameLimits largest;
+  largest.nranks = kMaxBootRanks;
+  EXPECT_EQ(framePayloadLength(FrameType::kTable, largest),
+            static_cast<int64_t>(kMaxBootRanks) * kWireAddrBytes);
 
-Socket dial(const SockAddr& root) {
-  Socket s;
-  EXPECT_TRUE(Socket::connect(root, Deadline::after(5), nullptr, &s).ok());
-  return s;
+  const uint8_t gather = static_cast<uint8_t>(FrameType::kGather);
+  FrameLimits block;
+  block.blockBytes = 4096;
+  EXPECT_EQ(parseFrameHeader(rawHeader(gather, 4096).data(), FrameType::kGather, block, &got),
+            FrameError::kOk);
+  EXPECT_EQ(parseFrameHeader(rawHeader(gather, 4097).data(), FrameType::kGather, block, &got),
+            FrameError::kLength);
+  block.blockBytes = kMaxGatherFrame;
+  EXPECT_EQ(framePayloadLength(FrameType::kGather, block), kMaxGatherFrame);
+  block.blockBytes = kMaxGatherFrame + 1;
+  EXPECT_EQ(framePayloadLength(FrameType::kGather, block), -1);
+  block.blockBytes = 0;
+  EXPECT_EQ(framePayloadLength(FrameType::kGather, block), -1);
 }
 
-bool readChallenge(const Socket& s, BootChallenge* ch) {
-  return s.recvAll(ch, sizeof(*ch), Deadline::after(5), nullptr).ok() && ch->magic == kBootMagic;
+TEST(BootFrame, ErrorsNameTheWrongField) {
+  FrameHeader got;
+  const uint8_t hello = static_cast<uint8_t>(FrameType::kHello);
+  auto check = [&](std::vector<uint8_t> raw, FrameError want, const char* text) {
+    FrameError e = parseFrameHeader(raw.data(), FrameType::kHello, {}, &got);
+    EXPECT_EQ(e, want);
+    std::string msg = describeFrameError(e, got, FrameType::kHello, {});
+    EXPECT_NE(msg.find(text), std::string::npos) << msg;
+  };
+  check(rawHeader(hello, kHelloBytes, kBootVersion, 0xdeadbeef), FrameError::kMagic, "magic");
+  check(rawHeader(hello, 0xFFFFFFFF, kBootVersion, 0xdeadbeef), FrameError::kMagic, "magic");
+  check(rawHeader(hello, kHelloBytes, 3), FrameError::kVersion, "version 3");
+  check(rawHeader(hello, kHelloBytes, 1), FrameError::kVersion, "speaks version 2");
+  // A version-1 peer sends no header: its first bytes are the old 8-byte magic.
+  std::vector<uint8_t> v1 = {'t', 'o', 'o', 'B', 'e', 'd', 'i', 't', 1, 0, 0, 0, 0, 0, 0, 0};
+  check(v1, FrameError::kMagic, "version 1");
+  check(rawHeader(static_cast<uint8_t>(FrameType::kTable), kHelloBytes), FrameError::kType,
+        "type 4 (address table), expected hello");
+  check(rawHeader(200, kHelloBytes), FrameError::kType, "unknown");
+  check(rawHeader(hello, kHelloBytes, kBootVersion, kFrameMagic, 1), FrameError::kReserved,
+        "flags");
+  std::vector<uint8_t> reserved = rawHeader(hello, kHelloBytes);
+  reserved[15] = 1;
+  check(reserved, FrameError::kReserved, "reserved");
+  check(rawHeader(hello, 0xFFFFFFFF), FrameError::kLength, "length 4294967295");
+  check(rawHeader(hello, 0xFFFFFFFF), FrameError::kLength, "exactly 60");
 }
 
-BootHello makeHello(const uint8_t secret[kSecretBytes], const BootChallenge& ch, int32_t rank,
-                    int32_t nranks, const WireAddr& listen) {
-  BootHello h;
-  h.rank = rank;
-  h.nranks = nranks;
-  h.listen = listen;
-  int32_t ctx[2] = {rank, nranks};
-  Digest p = connectionProof(secret, "tide-bootstrap-root", ch.nonce, ctx, sizeof(ctx));
-  memcpy(h.proof, p.data(), p.size());
-  return h;
+TEST(BootFrame, PayloadCodecsRoundTripAndProofsCoverEveryField) {
+  uint8_t secret[kSecretBytes], nonce[kNonceBytes];
+  ASSERT_TRUE(randomBytes(secret, sizeof(secret)).ok());
+  ASSERT_TRUE(randomBytes(nonce, sizeof(nonce)).ok());
+  Trap trap;
+  BootHello h = makeHello(secret, nonce, 3, 8, trap.addr);
+  auto f = helloFrame(h, FrameType::kHello);
+  FrameHeader got;
+  ASSERT_EQ(parseFrameHeader(f.data(), FrameType::kHello, {}, &got), FrameError::kOk);
+  BootHello back;
+  decodeHello(f.data() + kFrameHeaderBytes, &back);
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.nranks, 8);
+  EXPECT_TRUE(sameAddr(back.listen, trap.addr));
+  EXPECT_EQ(memcmp(back.proof, h.proof, sizeof(h.proof)), 0);
+  Digest base = helloProof(secret, "tide-bootstrap-root", nonce, back);
+  BootHello other = back;
+  other.listen.port ^= 1;  // a stranger cannot redirect a rank's address
+  EXPECT_NE(helloProof(secret, "tide-bootstrap-root", nonce, other), base);
+  other = back;
+  other.nranks = 9;
+  EXPECT_NE(helloProof(secret, "tide-bootstrap-root", nonce, other), base);
+  EXPECT_NE(helloProof(secret, "tide-bootstrap-ring", nonce, back), base);
+
+  auto s = statusFrame(-2);
+  ASSERT_EQ(parseFrameHeader(s.data(), FrameType::kStatus, {}, &got), FrameError::kOk);
+  EXPECT_EQ(s[kFrameHeaderBytes], 0xfe);
+  EXPECT_EQ(s[kFrameHeaderBytes + 3], 0xff);
+  auto c = challengeFrame(nonce);
+  ASSERT_EQ(parseFrameHeader(c.data(), FrameType::kChallenge, {}, &got), FrameError::kOk);
+  EXPECT_EQ(memcmp(c.data() + kFrameHeaderBytes, nonce, kNonceBytes), 0);
 }
 
-// What the root answered after a hello.
-struct Reply {
-  enum Kind { kTimeout, kEof, kCode } kind = kTimeout;
-  int32_t code = -1;
-  std::vector<WireAddr> table;  // when code == 0
-};
-
-Reply awaitReply(const Socket& s, int nranks, double maxSec,
-                 const std::atomic<bool>* stop = nullptr) {
-  Reply r;
-  Deadline d = Deadline::after(maxSec);
-  for (;;) {
-    if (d.expired() || (stop && stop->load())) return r;
-    pollfd p{s.fd(), POLLIN, 0};
-    if (poll(&p, 1, d.remainingMs(50)) > 0) break;
-  }
-  int32_t code = 0;
-  if (!s.recvAll(&code, sizeof(code), Deadline::after(2), nullptr).ok()) {
-    r.kind = Reply::kEof;
-    return r;
-  }
-  r.kind = Reply::kCode;
-  r.code = code;
-  if (code == 0 && nranks > 0 && nranks <= 1024) {
-    r.table.resize(nranks);
-    if (!s.recvAll(r.table.data(), nranks * sizeof(WireAddr), Deadline::after(2), nullptr).ok())
-      r.table.clear();
-  }
-  return r;
-}
-
-// Seconds until the root closed `s` (without reading what it sent), or -1.
-double awaitClose(const Socket& s, double maxSec, const std::atomic<bool>* stop = nullptr) {
-  Clock::time_point t0 = Clock::now();
-  Deadline d = Deadline::after(maxSec);
-  while (!d.expired() && !(stop && stop->load())) {
-    pollfd p{s.fd(), POLLRDHUP, 0};
-    if (poll(&p, 1, d.remainingMs(50)) > 0) return secondsSince(t0);
-  }
-  return -1;
-}
-
-// A real rank: Bootstrap::create, then an allGather that checks every block.
-bool realRank(const UniqueIdData& id, int rank, int n) {
-  std::unique_ptr<Bootstrap> b;
-  std::atomic<bool> abortFlag{false};
-  if (!Bootstrap::create(id, rank, n, 20, &abortFlag, &b).ok()) return false;
-  std::vector<int32_t> all(n, -1);
-  all[rank] = 7 * rank + 1;
-  if (!b->allGather(all.data(), sizeof(int32_t)).ok()) return false;
-  for (int q = 0; q < n; ++q)
-    if (all[q] != 7 * q + 1) return false;
-  return true;
-}
-
-bool sameAddr(const WireAddr& a, const WireAddr& b) { return memcmp(&a, &b, sizeof(a)) == 0; }
-
-long vmRssKiB() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return atol(line.c_str() + 6);
-  return -1;
-}
-
-// ---- Pure validation ------------------------------------------------------------
+// ---- Hello validation (pure) -------------------------------------------------------------
 
 TEST(BootRootWire, HelloVerdicts) {
   UniqueIdData id;
   ASSERT_TRUE(randomBytes(id.secret, sizeof(id.secret)).ok());
   id.authenticated = true;
-  BootChallenge ch;
-  ASSERT_TRUE(randomBytes(ch.nonce, sizeof(ch.nonce)).ok());
+  uint8_t ch[kNonceBytes];
+  ASSERT_TRUE(randomBytes(ch, sizeof(ch)).ok());
   Trap trap;
   auto hello = [&](int32_t rank, int32_t nranks) {
     return makeHello(id.secret, ch, rank, nranks, trap.addr);
   };
-  EXPECT_EQ(checkBootHello(hello(1, 4), ch.nonce, id, 0), HelloVerdict::kAccept);
-  EXPECT_EQ(checkBootHello(hello(1, 4), ch.nonce, id, 4), HelloVerdict::kAccept);
-  EXPECT_EQ(checkBootHello(hello(1, 8), ch.nonce, id, 4), HelloVerdict::kRefuseNranks);
-  EXPECT_EQ(checkBootHello(hello(0, 0x7fffffff), ch.nonce, id, 0), HelloVerdict::kRefuseBad);
-  EXPECT_EQ(checkBootHello(hello(0, kMaxBootRanks + 1), ch.nonce, id, 0),
-            HelloVerdict::kRefuseBad);
-  EXPECT_EQ(checkBootHello(hello(0, 0), ch.nonce, id, 0), HelloVerdict::kRefuseBad);
-  EXPECT_EQ(checkBootHello(hello(0, -3), ch.nonce, id, 0), HelloVerdict::kRefuseBad);
-  EXPECT_EQ(checkBootHello(hello(-5, 4), ch.nonce, id, 4), HelloVerdict::kRefuseBad);
-  EXPECT_EQ(checkBootHello(hello(4, 4), ch.nonce, id, 4), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(hello(1, 4), ch, id, 0), HelloVerdict::kAccept);
+  EXPECT_EQ(checkBootHello(hello(1, 4), ch, id, 4), HelloVerdict::kAccept);
+  EXPECT_EQ(checkBootHello(hello(1, 8), ch, id, 4), HelloVerdict::kRefuseNranks);
+  EXPECT_EQ(checkBootHello(hello(0, 0x7fffffff), ch, id, 0), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(hello(0, kMaxBootRanks + 1), ch, id, 0), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(hello(0, kMaxBootRanks), ch, id, 0), HelloVerdict::kAccept);
+  EXPECT_EQ(checkBootHello(hello(0, 0), ch, id, 0), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(hello(0, -3), ch, id, 0), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(hello(-5, 4), ch, id, 4), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(hello(4, 4), ch, id, 4), HelloVerdict::kRefuseBad);
 
   BootHello h = hello(1, 4);
-  h.magic ^= 1;
-  EXPECT_EQ(checkBootHello(h, ch.nonce, id, 0), HelloVerdict::kDrop);
+  h.rank = 2;  // the proof covers rank, nranks and the address
+  EXPECT_EQ(checkBootHello(h, ch, id, 0), HelloVerdict::kDrop);
   h = hello(1, 4);
-  h.version = kBootVersion + 1;
-  EXPECT_EQ(checkBootHello(h, ch.nonce, id, 0), HelloVerdict::kDrop);
-  h = hello(1, 4);
-  h.rank = 2;  // the proof covers rank and nranks
-  EXPECT_EQ(checkBootHello(h, ch.nonce, id, 0), HelloVerdict::kDrop);
+  h.listen.port ^= 0x100;
+  EXPECT_EQ(checkBootHello(h, ch, id, 0), HelloVerdict::kDrop);
   h = hello(1, 4);
   h.proof[31] ^= 1;
-  EXPECT_EQ(checkBootHello(h, ch.nonce, id, 0), HelloVerdict::kDrop);
-  BootChallenge other;
-  ASSERT_TRUE(randomBytes(other.nonce, sizeof(other.nonce)).ok());
-  EXPECT_EQ(checkBootHello(hello(1, 4), other.nonce, id, 0), HelloVerdict::kDrop);  // replay
+  EXPECT_EQ(checkBootHello(h, ch, id, 0), HelloVerdict::kDrop);
+  uint8_t other[kNonceBytes];
+  ASSERT_TRUE(randomBytes(other, sizeof(other)).ok());
+  EXPECT_EQ(checkBootHello(hello(1, 4), other, id, 0), HelloVerdict::kDrop);  // replay
   // Garbage fields without the secret earn no code at all.
   h = hello(0, 0x7fffffff);
   h.proof[0] ^= 1;
-  EXPECT_EQ(checkBootHello(h, ch.nonce, id, 0), HelloVerdict::kDrop);
+  EXPECT_EQ(checkBootHello(h, ch, id, 0), HelloVerdict::kDrop);
   h = hello(1, 4);
   h.listen.family = 0;
-  EXPECT_EQ(checkBootHello(h, ch.nonce, id, 0), HelloVerdict::kRefuseBad);
+  Digest p = helloProof(id.secret, "tide-bootstrap-root", ch, h);
+  memcpy(h.proof, p.data(), p.size());
+  EXPECT_EQ(checkBootHello(h, ch, id, 0), HelloVerdict::kRefuseBad);
 
   // Without a secret the proof is not checked, the ranges still are.
   UniqueIdData open = id;
   open.authenticated = false;
   h = hello(1, 4);
   memset(h.proof, 0, sizeof(h.proof));
-  EXPECT_EQ(checkBootHello(h, ch.nonce, open, 0), HelloVerdict::kAccept);
+  EXPECT_EQ(checkBootHello(h, ch, open, 0), HelloVerdict::kAccept);
   h.nranks = 0x7fffffff;
-  EXPECT_EQ(checkBootHello(h, ch.nonce, open, 0), HelloVerdict::kRefuseBad);
+  EXPECT_EQ(checkBootHello(h, ch, open, 0), HelloVerdict::kRefuseBad);
 }
 
 // ---- Lifetime -----------------------------------------------------------------
@@ -252,15 +247,15 @@ TEST(BootRoot, ArrivalsExtendTheLifetime) {
   Trap a, b;
   sleepMs(1200);
   Socket r0 = dial(id.root);
-  BootChallenge ch;
-  ASSERT_TRUE(readChallenge(r0, &ch));
+  uint8_t ch[kNonceBytes];
+  ASSERT_TRUE(readChallenge(r0, ch));
   BootHello h = makeHello(id.secret, ch, 0, 2, a.addr);
-  ASSERT_TRUE(r0.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r0, h));
   sleepMs(1400);  // 2.6 s after the start, 1.4 s after rank 0
   Socket r1 = dial(id.root);
-  ASSERT_TRUE(readChallenge(r1, &ch));
+  ASSERT_TRUE(readChallenge(r1, ch));
   h = makeHello(id.secret, ch, 1, 2, b.addr);
-  ASSERT_TRUE(r1.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r1, h));
   Reply x = awaitReply(r0, 2, 5), y = awaitReply(r1, 2, 5);
   EXPECT_EQ(x.kind, Reply::kCode);
   EXPECT_EQ(x.code, 0);
@@ -273,17 +268,17 @@ TEST(BootRoot, HandshakeDeadlineClosesSilentAndTruncatedPeers) {
   UniqueIdData id = startRoot(true);
   Trap a, b, trap;
   Socket r0 = dial(id.root);
-  BootChallenge ch;
-  ASSERT_TRUE(readChallenge(r0, &ch));
+  uint8_t ch[kNonceBytes];
+  ASSERT_TRUE(readChallenge(r0, ch));
   BootHello h = makeHello(id.secret, ch, 0, 2, a.addr);
-  ASSERT_TRUE(r0.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r0, h));
 
   Clock::time_point t0 = Clock::now();
   Socket silent = dial(id.root);
   Socket truncated = dial(id.root);
-  ASSERT_TRUE(readChallenge(truncated, &ch));
+  ASSERT_TRUE(readChallenge(truncated, ch));
   h = makeHello(id.secret, ch, 1, 2, trap.addr);
-  ASSERT_TRUE(truncated.sendAll(&h, 30, Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(truncated, h, 30));
   EXPECT_GT(awaitClose(silent, 5), 0.0);
   double silentAt = secondsSince(t0);
   Reply t = awaitReply(truncated, 2, 5);
@@ -295,9 +290,9 @@ TEST(BootRoot, HandshakeDeadlineClosesSilentAndTruncatedPeers) {
 
   // The root kept going: rank 1 completes the communicator.
   Socket r1 = dial(id.root);
-  ASSERT_TRUE(readChallenge(r1, &ch));
+  ASSERT_TRUE(readChallenge(r1, ch));
   h = makeHello(id.secret, ch, 1, 2, b.addr);
-  ASSERT_TRUE(r1.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r1, h));
   EXPECT_EQ(awaitReply(r0, 2, 5).code, 0);
   EXPECT_EQ(awaitReply(r1, 2, 5).code, 0);
 }
@@ -308,39 +303,39 @@ TEST(BootRoot, ImpostorsAndDuplicatesNeverEnterTheTable) {
   memcpy(wrong, id.secret, kSecretBytes);
   wrong[0] ^= 0xff;
   Trap a, b, trap;
-  BootChallenge ch;
+  uint8_t ch[kNonceBytes];
   // Impostors come first, for both ranks, and are dropped without a code.
   for (int32_t r : {0, 1}) {
     Socket s = dial(id.root);
-    ASSERT_TRUE(readChallenge(s, &ch));
+    ASSERT_TRUE(readChallenge(s, ch));
     BootHello h = makeHello(wrong, ch, r, 2, trap.addr);
-    ASSERT_TRUE(s.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+    ASSERT_TRUE(sendHello(s, h));
     EXPECT_EQ(awaitReply(s, 2, 5).kind, Reply::kEof) << "impostor for rank " << r;
   }
   Socket r0 = dial(id.root);
-  ASSERT_TRUE(readChallenge(r0, &ch));
+  ASSERT_TRUE(readChallenge(r0, ch));
   BootHello h = makeHello(id.secret, ch, 0, 2, a.addr);
-  ASSERT_TRUE(r0.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r0, h));
   sleepMs(50);
   // A second, valid rank 0 is refused with code 2; the first one stays.
   Socket dup = dial(id.root);
-  ASSERT_TRUE(readChallenge(dup, &ch));
+  ASSERT_TRUE(readChallenge(dup, ch));
   h = makeHello(id.secret, ch, 0, 2, trap.addr);
-  ASSERT_TRUE(dup.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(dup, h));
   Reply d = awaitReply(dup, 2, 5);
   EXPECT_EQ(d.kind, Reply::kCode);
   EXPECT_EQ(d.code, kBootRefuseDuplicate);
   // A valid hello for another size is refused with code 1.
   Socket mismatch = dial(id.root);
-  ASSERT_TRUE(readChallenge(mismatch, &ch));
+  ASSERT_TRUE(readChallenge(mismatch, ch));
   h = makeHello(id.secret, ch, 1, 3, trap.addr);
-  ASSERT_TRUE(mismatch.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(mismatch, h));
   EXPECT_EQ(awaitReply(mismatch, 2, 5).code, kBootRefuseNranks);
 
   Socket r1 = dial(id.root);
-  ASSERT_TRUE(readChallenge(r1, &ch));
+  ASSERT_TRUE(readChallenge(r1, ch));
   h = makeHello(id.secret, ch, 1, 2, b.addr);
-  ASSERT_TRUE(r1.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r1, h));
   for (Socket* s : {&r0, &r1}) {
     Reply x = awaitReply(*s, 2, 5);
     ASSERT_EQ(x.code, 0);
@@ -353,22 +348,22 @@ TEST(BootRoot, ImpostorsAndDuplicatesNeverEnterTheTable) {
 TEST(BootRoot, RankThatHangsUpFreesItsSlot) {
   UniqueIdData id = startRoot(true);
   Trap a, b, gone;
-  BootChallenge ch;
+  uint8_t ch[kNonceBytes];
   {
     Socket first = dial(id.root);
-    ASSERT_TRUE(readChallenge(first, &ch));
+    ASSERT_TRUE(readChallenge(first, ch));
     BootHello h = makeHello(id.secret, ch, 0, 2, gone.addr);
-    ASSERT_TRUE(first.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+    ASSERT_TRUE(sendHello(first, h));
     sleepMs(50);
   }
   sleepMs(300);
   Socket r0 = dial(id.root), r1 = dial(id.root);
-  ASSERT_TRUE(readChallenge(r0, &ch));
+  ASSERT_TRUE(readChallenge(r0, ch));
   BootHello h = makeHello(id.secret, ch, 0, 2, a.addr);
-  ASSERT_TRUE(r0.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
-  ASSERT_TRUE(readChallenge(r1, &ch));
+  ASSERT_TRUE(sendHello(r0, h));
+  ASSERT_TRUE(readChallenge(r1, ch));
   h = makeHello(id.secret, ch, 1, 2, b.addr);
-  ASSERT_TRUE(r1.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
+  ASSERT_TRUE(sendHello(r1, h));
   Reply x = awaitReply(r0, 2, 5);
   ASSERT_EQ(x.code, 0);
   ASSERT_EQ(x.table.size(), 2u);
@@ -376,241 +371,119 @@ TEST(BootRoot, RankThatHangsUpFreesItsSlot) {
   EXPECT_EQ(awaitReply(r1, 2, 5).code, 0);
 }
 
-// ---- A real init among junk ---------------------------------------------------------
+// ---- A rank facing a misbehaving root ------------------------------------------------
 
-enum class Junk { kClose, kSilent, kRandom, kFlood, kWrongSecret, kValidGarbage, kTruncated };
+// A one-connection fake root: sends `first`, reads the rank's hello frame
+// (when `readHello`), then sends `then` and keeps the connection open until
+// the rank hangs up (at most 5 s).
+class FakeRoot {
+ public:
+  FakeRoot(std::vector<uint8_t> first, bool readHello, std::vector<uint8_t> then) {
+    SockAddr a;
+    EXPECT_TRUE(resolveAddress("127.0.0.1", 0, &a).ok());
+    EXPECT_TRUE(Socket::listen(a, 4, &listener_).ok());
+    EXPECT_TRUE(listener_.localAddr(&addr_).ok());
+    thread_ = std::thread([this, first, readHello, then] {
+      Socket s;
+      if (!listener_.accept(&s, Deadline::after(5), nullptr).ok()) return;
+      s.sendAll(first.data(), first.size(), Deadline::after(2), nullptr).ok();
+      if (readHello) {
+        uint8_t f[kFrameHeaderBytes + kHelloBytes];
+        gotHello_ = s.recvAll(f, sizeof(f), Deadline::after(2), nullptr).ok();
+      }
+      if (!then.empty()) s.sendAll(then.data(), then.size(), Deadline::after(2), nullptr).ok();
+      awaitClose(s, 5);
+    });
+  }
+  ~FakeRoot() { thread_.join(); }
+  UniqueIdData id() const {
+    UniqueIdData d;
+    d.root = addr_;
+    d.authenticated = true;
+    return d;
+  }
+  bool gotHello() const { return gotHello_; }
 
-struct JunkClient {
-  Junk kind;
-  int32_t rank = 0;
-  int32_t nranks = 4;
-  int32_t wantCode = -1;  // kValidGarbage: the code the root must send
-  Reply reply;            // hello senders
-  double closedAt = -1;   // the others: when the root closed the connection
+ private:
+  Socket listener_;
+  SockAddr addr_;
+  std::atomic<bool> gotHello_{false};
+  std::thread thread_;
 };
 
-void runJunk(JunkClient* j, const UniqueIdData& id, const WireAddr& trap,
-             const std::atomic<bool>* stop) {
-  Socket s = dial(id.root);
-  if (!s.valid()) return;
-  BootChallenge ch;
-  switch (j->kind) {
-    case Junk::kClose:
-      return;
-    case Junk::kSilent:
-      j->closedAt = awaitClose(s, 30, stop);
-      return;
-    case Junk::kRandom: {
-      std::vector<uint8_t> bytes(1 + (j->rank * 997) % 4096);
-      EXPECT_TRUE(randomBytes(bytes.data(), bytes.size()).ok());
-      s.sendAll(bytes.data(), bytes.size(), Deadline::after(2), nullptr).ok();
-      j->closedAt = awaitClose(s, 30, stop);
-      return;
-    }
-    case Junk::kFlood: {
-      std::vector<uint8_t> zeros(1 << 20, 0);  // the root reads only one hello's worth
-      s.sendAll(zeros.data(), zeros.size(), Deadline::after(3), nullptr).ok();
-      j->closedAt = awaitClose(s, 30, stop);
-      return;
-    }
-    case Junk::kTruncated: {
-      if (!readChallenge(s, &ch)) return;
-      BootHello h = makeHello(id.secret, ch, j->rank, j->nranks, trap);
-      s.sendAll(&h, 30, Deadline::after(2), nullptr).ok();
-      j->closedAt = awaitClose(s, 30, stop);
-      return;
-    }
-    case Junk::kWrongSecret:
-    case Junk::kValidGarbage: {
-      if (!readChallenge(s, &ch)) return;
-      uint8_t secret[kSecretBytes];
-      memcpy(secret, id.secret, kSecretBytes);
-      if (j->kind == Junk::kWrongSecret) secret[5] ^= 0x5a;
-      BootHello h = makeHello(secret, ch, j->rank, j->nranks, trap);
-      s.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok();
-      j->reply = awaitReply(s, j->nranks, 30, stop);
-      return;
-    }
-  }
+std::vector<uint8_t> cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 
-std::vector<JunkClient> junkMix() {
-  std::vector<JunkClient> v;
-  for (int i = 0; i < 4; ++i) v.push_back({Junk::kClose});
-  for (int i = 0; i < 6; ++i) v.push_back({Junk::kSilent});
-  for (int i = 0; i < 3; ++i) v.push_back({Junk::kRandom, i});
-  v.push_back({Junk::kFlood});
-  v.push_back({Junk::kWrongSecret, 0, 4});
-  v.push_back({Junk::kWrongSecret, 3, 4});
-  v.push_back({Junk::kWrongSecret, 0, 0x7fffffff});
-  v.push_back({Junk::kWrongSecret, -5, 4});
-  v.push_back({Junk::kValidGarbage, 0, 0x7fffffff, kBootRefuseBadHello});
-  v.push_back({Junk::kValidGarbage, 0, 0, kBootRefuseBadHello});
-  v.push_back({Junk::kValidGarbage, -5, 4, kBootRefuseBadHello});
-  v.push_back({Junk::kValidGarbage, 4, 4, kBootRefuseBadHello});
-  v.push_back({Junk::kTruncated, 2, 4});
-  v.push_back({Junk::kTruncated, 3, 4});
-  return v;
+std::vector<uint8_t> validChallenge() {
+  uint8_t nonce[kNonceBytes] = {1, 2, 3};
+  auto c = challengeFrame(nonce);
+  return {c.begin(), c.end()};
 }
 
-// Ranks 0-2 start at once; 300 ms later (withJunk: after a valid duplicate of
-// rank 1 and a valid wrong-size hello were refused) rank 3 starts. Returns
-// the seconds until all four finished their allGather.
-double timedInit(bool withJunk, std::vector<JunkClient>* junk, bool* allOk, bool* trapTouched) {
-  UniqueIdData id = startRoot(true);
-  Trap trap;
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> junkThreads;
-  if (withJunk)
-    for (auto& j : *junk) junkThreads.emplace_back(runJunk, &j, std::cref(id), trap.addr, &stop);
-  int ok[4] = {0, 0, 0, 0};
+// Runs rank 0 of 2 against the fake root; returns the error and its latency.
+Status rankAgainst(const FakeRoot& root, double* seconds) {
+  std::unique_ptr<Bootstrap> b;
+  std::atomic<bool> abortFlag{false};
   Clock::time_point t0 = Clock::now();
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 3; ++r) ranks.emplace_back([&, r] { ok[r] = realRank(id, r, 4); });
-  sleepMs(300);
-  if (withJunk) {
-    BootChallenge ch;
-    Socket dup = dial(id.root);
-    EXPECT_TRUE(readChallenge(dup, &ch));
-    BootHello h = makeHello(id.secret, ch, 1, 4, trap.addr);
-    EXPECT_TRUE(dup.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
-    Reply d = awaitReply(dup, 4, 2);
-    EXPECT_EQ(d.kind, Reply::kCode);
-    EXPECT_EQ(d.code, kBootRefuseDuplicate) << "a valid duplicate of rank 1 must be refused";
-    Socket other = dial(id.root);
-    EXPECT_TRUE(readChallenge(other, &ch));
-    h = makeHello(id.secret, ch, 2, 8, trap.addr);
-    EXPECT_TRUE(other.sendAll(&h, sizeof(h), Deadline::after(2), nullptr).ok());
-    EXPECT_EQ(awaitReply(other, 8, 2).code, kBootRefuseNranks);
-  }
-  ranks.emplace_back([&] { ok[3] = realRank(id, 3, 4); });
-  for (auto& t : ranks) t.join();
-  double seconds = secondsSince(t0);
-  // The root closes every pending junk connection once the table is out.
-  Clock::time_point grace = Clock::now();
-  while (secondsSince(grace) < 3.0) {
-    bool open = false;
-    for (auto& j : *junk) {
-      bool helloSender = j.kind == Junk::kWrongSecret || j.kind == Junk::kValidGarbage;
-      if (withJunk && j.kind != Junk::kClose &&
-          (helloSender ? j.reply.kind == Reply::kTimeout : j.closedAt < 0))
-        open = true;
-    }
-    if (!open) break;
-    sleepMs(50);
-  }
-  stop = true;
-  for (auto& t : junkThreads) t.join();
-  *allOk = ok[0] && ok[1] && ok[2] && ok[3];
-  *trapTouched = trap.touched();
-  return seconds;
+  Status s = Bootstrap::create(root.id(), 0, 2, 5, &abortFlag, &b);
+  *seconds = secondsSince(t0);
+  return s;
 }
 
-TEST(BootRoot, JunkDoesNotDelayOrPoisonARealInit) {
-  std::vector<JunkClient> none;
-  bool ok = false, touched = true;
-  double base = timedInit(false, &none, &ok, &touched);
-  ASSERT_TRUE(ok) << "the 4-rank init failed without junk";
-  std::vector<JunkClient> junk = junkMix();
-  ASSERT_GE(junk.size(), 20u);
-  double withJunk = timedInit(true, &junk, &ok, &touched);
-  EXPECT_TRUE(ok) << "the 4-rank init failed among junk";
-  EXPECT_FALSE(touched) << "a junk address reached a rank's table";
-  printf("4-rank init: %.3f s alone, %.3f s among %zu junk clients\n", base, withJunk,
-         junk.size());
-  EXPECT_LT(withJunk, 2.0);
-  EXPECT_LT(withJunk, base + 1.0) << "baseline " << base << " s";
-  for (size_t i = 0; i < junk.size(); ++i) {
-    const JunkClient& j = junk[i];
-    SCOPED_TRACE("junk #" + std::to_string(i));
-    switch (j.kind) {
-      case Junk::kClose:
-        break;
-      case Junk::kWrongSecret:
-        EXPECT_EQ(j.reply.kind, Reply::kEof) << "a wrong secret earns no code and no table";
-        break;
-      case Junk::kValidGarbage:
-        EXPECT_EQ(j.reply.kind, Reply::kCode);
-        EXPECT_EQ(j.reply.code, j.wantCode);
-        break;
-      default:
-        EXPECT_GE(j.closedAt, 0.0) << "the root left a junk connection open";
-    }
-  }
-}
-
-// ---- Memory under a burst -----------------------------------------------------------
-
-// Opens `count` junk connections at once (no threads), keeps them open for
-// ~600 ms while sampling this process's RSS (the root lives here), and
-// returns the largest growth in KiB. `hello` makes each connection send a
-// full hello (no valid proof) claiming rank i of `nranks` ranks.
-long burstRssGrowthKiB(const UniqueIdData& id, int count, bool hello, int32_t nranks,
-                       const WireAddr& listen) {
-  long before = vmRssKiB();
-  std::atomic<long> peak{before};
-  std::atomic<bool> sampling{true};
-  std::thread sampler([&] {
-    while (sampling) {
-      long v = vmRssKiB();
-      if (v > peak) peak = v;
-      sleepMs(10);
-    }
-  });
-  std::vector<Socket> socks;
-  std::vector<uint8_t> noise(4096);
-  EXPECT_TRUE(randomBytes(noise.data(), noise.size()).ok());
-  for (int i = 0; i < count; ++i) {
-    Socket s = dial(id.root);
-    if (!s.valid()) continue;
-    if (hello) {
-      BootHello h;  // sent without reading the challenge: the proof cannot be right
-      h.rank = i;
-      h.nranks = nranks;
-      h.listen = listen;
-      s.sendAll(&h, sizeof(h), Deadline::after(1), nullptr).ok();
-    } else if (i % 4 == 1) {
-      s.sendAll(noise.data(), noise.size(), Deadline::after(1), nullptr).ok();
-    } else if (i % 4 == 2) {
-      BootHello h;
-      h.rank = -5;
-      h.nranks = 0x7fffffff;
-      s.sendAll(&h, sizeof(h) - 7, Deadline::after(1), nullptr).ok();
-    } else if (i % 4 == 3) {
-      continue;  // connect and close
-    }
-    socks.push_back(std::move(s));
-  }
-  sleepMs(600);
-  sampling = false;
-  sampler.join();
-  return peak - before;
-}
-
-TEST(BootRoot, JunkBurstKeepsMemorySmall) {
-  Trap trap;
+TEST(BootRank, MismatchedRootVersionFailsClearly) {
+  const uint8_t challenge = static_cast<uint8_t>(FrameType::kChallenge);
   {
-    UniqueIdData id = startRoot(true);
-    long grew = burstRssGrowthKiB(id, 200, false, 0, trap.addr);
-    printf("RSS growth, 200 junk connections (authenticated root): %ld KiB\n", grew);
-    EXPECT_LT(grew, 16 << 10) << "RSS grew by " << grew << " KiB";
-    // The root still serves a real communicator after the burst.
-    int ok[2] = {0, 0};
-    std::thread r1([&] { ok[1] = realRank(id, 1, 2); });
-    ok[0] = realRank(id, 0, 2);
-    r1.join();
-    EXPECT_TRUE(ok[0] && ok[1]);
+    FakeRoot root(cat(rawHeader(challenge, kNonceBytes, 3), std::vector<uint8_t>(16)), false, {});
+    double sec = 0;
+    Status s = rankAgainst(root, &sec);
+    EXPECT_EQ(s.code(), tideRemoteError);
+    EXPECT_NE(s.message().find("version 3, but this process speaks version 2"), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("bootstrap root at 127.0.0.1:"), std::string::npos);
+    EXPECT_LT(sec, 1.0);
   }
   {
-    // Without a secret any well-formed hello is believed, yet a claim of the
-    // largest allowed size must not make the root allocate for it.
-    UniqueIdData id = startRoot(false);
-    long grew = burstRssGrowthKiB(id, 200, true, kMaxBootRanks, trap.addr);
-    printf("RSS growth, 200 hellos claiming %d ranks (open root): %ld KiB\n", kMaxBootRanks,
-           grew);
-    EXPECT_LT(grew, 16 << 10) << "RSS grew by " << grew << " KiB";
+    // A version-1 root: 8-byte magic and a nonce, no header.
+    std::vector<uint8_t> v1 = {'t', 'o', 'o', 'B', 'e', 'd', 'i', 't'};
+    v1.resize(24, 7);
+    FakeRoot root(v1, false, {});
+    double sec = 0;
+    Status s = rankAgainst(root, &sec);
+    EXPECT_NE(s.message().find("protocol version 1"), std::string::npos) << s.message();
+    EXPECT_LT(sec, 1.0);
   }
-  EXPECT_FALSE(trap.touched());
+}
+
+TEST(BootRank, OversizedOrWrongReplyIsRefusedBeforeAllocation) {
+  const uint8_t table = static_cast<uint8_t>(FrameType::kTable);
+  auto ok = statusFrame(0);
+  std::vector<uint8_t> status0(ok.begin(), ok.end());
+  struct Case {
+    std::vector<uint8_t> reply;
+    const char* text;
+  };
+  std::vector<Case> cases = {
+      {cat(status0, rawHeader(table, 0xFFFFFFFF)), "length 4294967295"},
+      {cat(status0, rawHeader(table, 3 * kWireAddrBytes)), "length 60, but address table"},
+      {cat(status0, rawHeader(static_cast<uint8_t>(FrameType::kChallenge), kNonceBytes)),
+       "type 1 (challenge), expected address table"},
+      {rawHeader(static_cast<uint8_t>(FrameType::kStatus), 0x7fffffff), "length 2147483647"},
+      {cat(rawHeader(static_cast<uint8_t>(FrameType::kStatus), 4), {2, 0, 0, 0}), "duplicate rank"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    long before = vmRssKiB();
+    FakeRoot root(validChallenge(), true, c.reply);
+    double sec = 0;
+    Status s = rankAgainst(root, &sec);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(c.text), std::string::npos) << s.message();
+    EXPECT_TRUE(root.gotHello());
+    EXPECT_LT(sec, 1.0) << "judged from the header, not after a timeout";
+    EXPECT_LT(vmRssKiB() - before, 4 << 10);
+  }
 }
 
 }  // namespace

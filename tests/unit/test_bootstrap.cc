@@ -3,7 +3,10 @@
 
 #include "bootstrap_util.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -55,6 +58,78 @@ TEST(Bootstrap, AllGatherAndBarrierAcrossThreads) {
     }
     for (auto& t : ts) t.join();
     for (int r = 0; r < n; ++r) EXPECT_EQ(ok[r], 1) << "n=" << n << " rank " << r;
+  }
+}
+
+// Ranks that disagree on the block size, or on allGather versus barrier,
+// get an error naming the field on both sides at once: no hang, and no
+// payload byte is read into a block of the wrong size.
+TEST(Bootstrap, MismatchedExchangesFailOnBothRanks) {
+  for (int variant = 0; variant < 2; ++variant) {
+    UniqueIdData id = startRoot(true);
+    Status st[2];
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 2; ++r) {
+      ts.emplace_back([&, r] {
+        std::unique_ptr<Bootstrap> b;
+        std::atomic<bool> abortFlag{false};
+        st[r] = Bootstrap::create(id, r, 2, 10, &abortFlag, &b);
+        if (!st[r].ok()) return;
+        std::vector<char> all(2 * 8, 0);
+        if (variant == 0) {
+          st[r] = b->allGather(all.data(), r == 0 ? 4 : 8);
+        } else {
+          st[r] = r == 0 ? b->barrier() : b->allGather(all.data(), 1);
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE("variant " + std::to_string(variant) + " rank " + std::to_string(r));
+      EXPECT_EQ(st[r].code(), tideRemoteError) << st[r].message();
+      EXPECT_NE(st[r].message().find(variant == 0 ? "length" : "frame type"), std::string::npos)
+          << st[r].message();
+      EXPECT_NE(st[r].message().find("from rank " + std::to_string(1 - r)), std::string::npos)
+          << st[r].message();
+    }
+  }
+}
+
+// TIDE_SOCKET_IFNAME picks the interface a rank's bootstrap listener binds
+// to (the address the root's table carries); no matching interface is an
+// error naming the knob.
+TEST(Bootstrap, ListenerBindsToTheSocketIfnameInterface) {
+  struct Env {
+    explicit Env(const char* v) { setenv("TIDE_SOCKET_IFNAME", v, 1); }
+    ~Env() { unsetenv("TIDE_SOCKET_IFNAME"); }
+  };
+  std::atomic<bool> abortFlag{false};
+  std::unique_ptr<Bootstrap> b;
+  {
+    Env e("=no-such-if0");
+    UniqueIdData id = startRoot(true);
+    Status s = Bootstrap::create(id, 0, 1, 5, &abortFlag, &b);
+    EXPECT_EQ(s.code(), tideInvalidArgument);
+    EXPECT_NE(s.message().find("TIDE_SOCKET_IFNAME"), std::string::npos) << s.message();
+  }
+  {
+    Env e("=lo");
+    UniqueIdData id = startRoot(true);
+    ASSERT_TRUE(Bootstrap::create(id, 0, 1, 5, &abortFlag, &b).ok());
+    EXPECT_EQ(b->localAddress(), "127.0.0.1");
+    EXPECT_EQ(b->rankAddress(0).hostStr(), "127.0.0.1");
+  }
+  // Another up IPv4 interface, if this host has one: the listener moves there
+  // although the root is reached over loopback.
+  SockAddr other;
+  {
+    Env e("^lo");
+    if (!interfaceAddress(AF_INET, &other).ok() || other.family() != AF_INET)
+      GTEST_SKIP() << "no up IPv4 interface besides lo";
+    UniqueIdData id = startRoot(true);
+    ASSERT_TRUE(Bootstrap::create(id, 0, 1, 5, &abortFlag, &b).ok());
+    EXPECT_EQ(b->localAddress(), other.hostStr());
+    EXPECT_EQ(b->rankAddress(0).hostStr(), other.hostStr());
   }
 }
 
