@@ -61,7 +61,7 @@ tideResult_t ucxIsend(void* sendComm, const void* data, size_t size, int tag, vo
     return fail(tideRemoteError, "isend: ucp_tag_send_nbx: %s",
                 ucs_status_string(UCS_PTR_STATUS(r)));
   }
-  ++c->seq;
+  c->seq = nextSeq(c->seq);
   auto* req = new UcxRequest;
   req->comm = c;
   req->n = 1;
@@ -100,7 +100,7 @@ tideResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
       return fail(tideSystemError, "irecv: ucp_tag_recv_nbx: %s",
                   ucs_status_string(UCS_PTR_STATUS(r)));
     }
-    ++c->seq;
+    c->seq = nextSeq(c->seq);
     req->ucx[i] = r;
   }
   c->live.push_back(req.get());
@@ -167,7 +167,7 @@ tideResult_t ucxTest(void* request, int* done, size_t* sizes) {
     checkSide(c);
     if (c->peerGone && std::chrono::steady_clock::now() - c->peerGoneAt > kPeerGoneGrace) {
       c->err = tideRemoteError;
-      c->errMsg = "peer closed its end or died (side channel closed)";
+      c->errMsg = "peer closed its end or died (side channel or endpoint closed)";
     }
   }
   if (bad == tideSuccess && !all && c->err != tideSuccess) bad = c->err;
@@ -191,6 +191,8 @@ tideResult_t ucxTest(void* request, int* done, size_t* sizes) {
     c->idle = 0;
     return tideSuccess;
   }
+  static thread_local unsigned idleCalls = 0;
+  if (!moved && (++idleCalls & 63) == 0) sweepClosing();
   if (moved) {
     c->idle = 0;
   } else if (c->epfd >= 0 && ++c->idle >= kIdleBeforeArm) {

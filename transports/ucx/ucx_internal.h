@@ -1,7 +1,8 @@
 // Internals shared by the UCX net's files (design and contracts: ucx_net.h):
 //   ucx_context.cc  the process-wide UCP context: init, devices, getProperties
-//   ucx_setup.cc    comms: workers, endpoints, the TCP side channel,
-//                   listen/connect/accept/close
+//   ucx_setup.cc    comms: workers, endpoints, the TCP side channel, the
+//                   set-up handshake, listen/connect/accept
+//   ucx_close.cc    closing comms (and parking workers whose close lingers)
 //   ucx_data.cc     memory registration and the data path (isend, irecv,
 //                   test, getPollFd) and the net's table
 #pragma once
@@ -27,6 +28,9 @@ constexpr int kIdleBeforeArm = 32;  // idle test() calls before the worker is ar
 // After the side channel closes, data the peer flushed before closing may
 // still be in flight: requests fail only when this much time passed.
 constexpr auto kPeerGoneGrace = std::chrono::milliseconds(1000);
+// Tag of the set-up handshake message (sequence number 0, which data
+// messages never use: their sequence skips 0 when it wraps).
+constexpr uint64_t kHelloTag = uint64_t{0x48454c4f} << 32;
 
 // ---- Process-wide state (ucx_context.cc) ---------------------------------------------
 
@@ -60,7 +64,7 @@ struct UcxComm {
   ucp_ep_h ep = nullptr;
   tideResult_t err = tideSuccess;  // sticky; set by the endpoint error callback
   std::string errMsg;
-  uint32_t seq = 0;
+  uint32_t seq = 1;  // next data message's sequence number (never 0)
   int epfd = -1;
   int evfd = -1;
   int idle = 0;
@@ -73,6 +77,13 @@ struct UcxComm {
   bool peerMode = false;  // UCP_ERR_HANDLING_MODE_PEER accepted by the transports
   std::chrono::steady_clock::time_point peerGoneAt{};
   bool peerGone = false;
+  // Set-up handshake (ucx_setup.cc): one small tagged message each way over
+  // the endpoints, so every lane is connected before the comm is handed out.
+  void* helloSend = nullptr;  // UCX requests; null when none or freed
+  void* helloRecv = nullptr;
+  void* flushReq = nullptr;  // worker flush ending the handshake
+  bool helloSent = false, helloGot = false, flushed = false;
+  uint64_t helloOut = 0, helloIn = 0;
 };
 
 struct UcxRequest {
@@ -88,6 +99,17 @@ namespace ucx {
 
 // Peeks at the side channel; marks the peer gone when it closed (ucx_setup.cc).
 void checkSide(UcxComm* c);
+
+// Progresses workers whose endpoint close is still under way, destroys
+// those done (ucx_close.cc). Non-blocking; any thread.
+void sweepClosing();
+
+// Closes the comm's endpoint (cancelling or failing outstanding requests)
+// and frees the comm; bounded (ucx_close.cc). The caller owns `c`.
+void destroyComm(UcxComm* c);
+
+// Next data sequence number after `seq` (skips 0, the handshake's).
+inline uint32_t nextSeq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
 
 // The net's functions (include/tide/net.h), by file.
 tideResult_t ucxInit(tideNetLogger_t logger);

@@ -14,7 +14,11 @@
 //    else loopback) and the handle holds its address and a random nonce.
 //    connect() sends {nonce, its worker's address}; accept() answers with
 //    its recv comm's worker address; both sides then create endpoints with
-//    UCP_ERR_HANDLING_MODE_PEER. The side channel is closed afterwards.
+//    UCP_ERR_HANDLING_MODE_PEER (NONE where the transports lack it) and
+//    exchange a synchronous tagged hello (sequence 0) over them, then flush
+//    their workers, so UCX's wire-up (the peers' endpoint ids) is complete
+//    before the comm is handed out (ucx_setup.cc says why). The side channel
+//    stays open as a liveness signal.
 //  - Messages: ucp_tag_send_nbx / ucp_tag_recv_nbx with tag = (user tag << 32)
 //    | per-comm sequence number, full mask, so the k-th send matches the k-th
 //    receive. A send larger than the receive fails it (tideInvalidUsage).
@@ -26,9 +30,14 @@
 //  - Endpoint keepalive is off unless UCX_KEEPALIVE_INTERVAL is set: UCX
 //    1.13 can crash in its keepalive progress when a peer closes while a
 //    tcp lane still connects; the side channel notices dead peers instead.
-//  - Peer failure: an endpoint error callback marks the comm broken; every
-//    outstanding and later request then fails with tideRemoteError naming
-//    the UCX status.
+//  - Peer failure: an endpoint error callback marks a send comm broken at
+//    once; a recv comm after kPeerGoneGrace without progress (messages the
+//    peer sent before closing are still received). Outstanding and later
+//    requests then fail with tideRemoteError naming the UCX status.
+//  - Close: busy or broken comms are force-closed; a healthy comm's flushing
+//    close that does not finish within 2 ms parks its worker, which later
+//    net calls progress and destroy (ucx_close.cc).
+//  - UCX's tcp receive segment defaults to TIDE_UCX_TCP_SEG_SIZE (512 KiB).
 //  - regMr: a process-wide MrCache (transports/ib/mr_cache.h) of ucp_mem_map
 //    registrations, bounded by TIDE_UCX_MR_CACHE_ENTRIES; the memory handle
 //    is passed to the tag operations.

@@ -25,11 +25,23 @@ constexpr size_t kMaxAddressBytes = 64 << 10;
 
 void epError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* c = static_cast<UcxComm*>(arg);
+  if (!c->isSend) {
+    // A peer that closed (or died) after its last sends completed may have
+    // left eager messages in this worker's queue that the caller has yet to
+    // receive: like a closed side channel, this fails the comm only after
+    // kPeerGoneGrace without progress (ucx_data.cc).
+    if (!c->peerGone) {
+      c->peerGone = true;
+      c->peerGoneAt = std::chrono::steady_clock::now();
+      TIDE_INFO("ucx net: recv comm %p: peer endpoint failed (%s)", static_cast<void*>(c),
+                ucs_status_string(status));
+    }
+    return;
+  }
   if (c->err == tideSuccess) {
     c->err = tideRemoteError;
     c->errMsg = std::string("peer failed: ") + ucs_status_string(status);
-    TIDE_INFO("ucx net: %s comm %p: %s", c->isSend ? "send" : "recv", static_cast<void*>(c),
-              c->errMsg.c_str());
+    TIDE_INFO("ucx net: send comm %p: %s", static_cast<void*>(c), c->errMsg.c_str());
   }
 }
 
@@ -108,70 +120,110 @@ void adoptSide(UcxComm* c, Socket sock) {
 
 // Checks the side channel; a closed one means the peer closed its comm or
 // died. Nothing is ever sent on it after set-up.
+// (The endpoint error callback may have marked the peer gone first.) A
+// closed side channel is closed here too, so it stops waking pollers.
 void checkSide(UcxComm* c) {
-  if (c->peerGone || !c->side.valid()) return;
+  if (!c->side.valid()) return;
   char b;
   ssize_t n = recv(c->side.fd(), &b, 1, MSG_DONTWAIT | MSG_PEEK);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-    c->peerGone = true;
-    c->peerGoneAt = std::chrono::steady_clock::now();
+    if (!c->peerGone) {
+      c->peerGone = true;
+      c->peerGoneAt = std::chrono::steady_clock::now();
+    }
     if (c->epfd >= 0) epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->side.fd(), nullptr);
+    c->side.close();
   }
 }
 
-// Closes the endpoint and frees the comm. A healthy, idle comm flushes
-// (its last sends reach the peer), bounded by a short linger; a busy or
-// broken one is force-closed, which completes outstanding sends with an
-// error. Receives are cancelled.
-void destroyComm(UcxComm* c) {
-  bool busy = !c->live.empty();
-  for (UcxRequest* r : c->live) {
-    for (int i = 0; i < r->n; ++i) {
-      if (r->ucx[i] && !r->isSend) ucp_request_cancel(c->worker, r->ucx[i]);
+// Starts the set-up handshake on a comm whose endpoint exists: posts the
+// receive of the peer's hello and sends ours (payload: the side channel's
+// nonce) as a synchronous send. Why: UCX 1.13 learns the peer's endpoint id
+// (needed for rendezvous replies and acknowledgements) lazily, by a wire-up
+// request sent on the first such send. Were that the first large send of a
+// comm closed right away, the request would race with the close: over tcp
+// the peer then makes an endpoint to answer a worker being destroyed, its
+// connect is refused, and UCX fails an assertion (ucp_request.c "got REP
+// message", tcp_ep.c CTX_TYPE_TX) and aborts the process. A synchronous
+// send needs the peer's id too, so the exchange completes here, before the
+// comm is handed out.
+tideResult_t startHello(UcxComm* c, uint64_t nonce) {
+  c->helloOut = nonce;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  ucs_status_ptr_t r =
+      ucp_tag_recv_nbx(c->worker, &c->helloIn, sizeof(c->helloIn), kHelloTag, ~uint64_t{0}, &rp);
+  if (UCS_PTR_IS_ERR(r)) {
+    return fail(tideSystemError, "handshake: ucp_tag_recv_nbx: %s",
+                ucs_status_string(UCS_PTR_STATUS(r)));
+  }
+  c->helloRecv = r;
+  ucp_request_param_t sp{};
+  r = ucp_tag_send_sync_nbx(c->ep, &c->helloOut, sizeof(c->helloOut), kHelloTag, &sp);
+  if (UCS_PTR_IS_ERR(r)) {
+    return fail(tideRemoteError, "handshake: ucp_tag_send_nbx: %s",
+                ucs_status_string(UCS_PTR_STATUS(r)));
+  }
+  c->helloSend = r;
+  c->helloSent = r == nullptr;
+  return tideSuccess;
+}
+
+// Progresses the handshake; *done once our hello left and the peer's (with
+// the expected nonce) arrived. Non-blocking.
+tideResult_t progressHello(UcxComm* c, bool* done) {
+  for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; ++i) {
+  }
+  if (!c->helloSent && c->helloSend) {
+    ucs_status_t st = ucp_request_check_status(c->helloSend);
+    if (st != UCS_INPROGRESS) {
+      ucp_request_free(c->helloSend);
+      c->helloSend = nullptr;
+      if (st != UCS_OK) return fail(tideRemoteError, "handshake send: %s", ucs_status_string(st));
+      c->helloSent = true;
     }
   }
-  bool leak = false;
-  if (c->ep) {
-    bool force = busy || c->err != tideSuccess || c->peerGone;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t req = ucp_ep_close_nbx(c->ep, &p);
-      if (!UCS_PTR_IS_PTR(req)) break;
-      auto until =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(force ? 2000 : 1000);
-      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < until) {
-        if (ucp_worker_progress(c->worker) == 0) usleep(50);
+  if (!c->helloGot && c->helloRecv) {
+    ucp_tag_recv_info_t info{};
+    ucs_status_t st = ucp_tag_recv_request_test(c->helloRecv, &info);
+    if (st != UCS_INPROGRESS) {
+      ucp_request_free(c->helloRecv);
+      c->helloRecv = nullptr;
+      if (st != UCS_OK) return fail(tideRemoteError, "handshake recv: %s", ucs_status_string(st));
+      if (info.length != sizeof(c->helloIn) || c->helloIn != c->helloOut)
+        return fail(tideRemoteError, "handshake: unexpected peer (bad nonce)");
+      c->helloGot = true;
+    }
+  }
+  if (c->helloSent && c->helloGot && !c->flushed) {
+    // Then flush the worker: wire-up messages still queued (a lane still
+    // connecting) leave before the comm is handed out.
+    if (!c->flushReq) {
+      ucp_request_param_t fp{};
+      ucs_status_ptr_t f = ucp_worker_flush_nbx(c->worker, &fp);
+      if (UCS_PTR_IS_ERR(f)) {
+        return fail(tideRemoteError, "handshake flush: %s", ucs_status_string(UCS_PTR_STATUS(f)));
       }
-      bool finished = ucp_request_check_status(req) != UCS_INPROGRESS;
-      ucp_request_free(req);
-      if (finished) break;
-      // A flush that does not finish means the peer is gone: the endpoint
-      // is in the middle of closing and cannot be forced any more; keep the
-      // worker rather than destroy it under UCX's feet.
-      TIDE_INFO("ucx net: endpoint close did not finish within the linger; leaking its worker");
-      leak = true;
-      break;
+      c->flushReq = f;
+      c->flushed = f == nullptr;
+    } else {
+      ucs_status_t st = ucp_request_check_status(c->flushReq);
+      if (st != UCS_INPROGRESS) {
+        ucp_request_free(c->flushReq);
+        c->flushReq = nullptr;
+        if (st != UCS_OK)
+          return fail(tideRemoteError, "handshake flush: %s", ucs_status_string(st));
+        c->flushed = true;
+      }
     }
-    c->ep = nullptr;
   }
-  for (UcxRequest* r : c->live) {
-    for (int i = 0; i < r->n; ++i) {
-      if (r->ucx[i]) ucp_request_free(r->ucx[i]);
-    }
-    delete r;
-  }
-  c->live.clear();
-  if (c->worker && !leak) {
-    for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; ++i) {
-    }
-    ucp_worker_destroy(c->worker);
-  }
-  if (c->epfd >= 0) close(c->epfd);
-  if (c->evfd >= 0) close(c->evfd);
-  delete c;
+  *done = c->flushed;
+  if (*done) return tideSuccess;
+  if (c->err != tideSuccess) return fail(c->err, "handshake: %s", c->errMsg.c_str());
+  checkSide(c);
+  if (c->peerGone && std::chrono::steady_clock::now() - c->peerGoneAt > kPeerGoneGrace)
+    return fail(tideRemoteError, "handshake: peer closed the side channel");
+  return tideSuccess;
 }
 
 tideResult_t workerAddress(UcxComm* c, std::vector<uint8_t>* out) {
@@ -259,6 +311,7 @@ struct UcxListen {
     Exchange x;
     UcxComm* comm = nullptr;
     bool replying = false;
+    bool hello = false;  // reply sent; set-up handshake under way
   };
   std::vector<std::unique_ptr<Pending>> pending;
 };
@@ -267,6 +320,7 @@ struct ConnectState {
   Exchange x;
   bool connected = false;  // TCP connect finished
   bool sent = false;
+  bool hello = false;  // endpoint made; set-up handshake under way
   UcxComm* comm = nullptr;
   uint64_t nonce = 0;
 };
@@ -335,6 +389,7 @@ void freeConnectState(ConnectState* cs) {
 
 tideResult_t ucxConnect(int dev, void* handle, void** sendComm) {
   *sendComm = nullptr;
+  sweepClosing();
   if (dev != 0) return fail(tideInvalidArgument, "connect: no device %d", dev);
   UcxHandle h;
   memcpy(&h, handle, sizeof(h));
@@ -362,13 +417,23 @@ tideResult_t ucxConnect(int dev, void* handle, void** sendComm) {
     }
   }
   if (r == tideSuccess && cs->connected && !cs->sent) r = cs->x.pushOut(&cs->sent);
-  bool got = false;
-  if (r == tideSuccess && cs->sent) r = cs->x.pullIn(cs->nonce, &got);
-  if (r == tideSuccess && got) r = connectEp(cs->comm, cs->x.in);
-  if (r != tideSuccess || got) {
+  if (r == tideSuccess && cs->sent && !cs->hello) {
+    bool got = false;
+    r = cs->x.pullIn(cs->nonce, &got);
+    if (r == tideSuccess && got) {
+      r = connectEp(cs->comm, cs->x.in);
+      if (r == tideSuccess) {
+        adoptSide(cs->comm, std::move(cs->x.sock));
+        r = startHello(cs->comm, cs->nonce);
+        cs->hello = true;
+      }
+    }
+  }
+  bool ready = false;
+  if (r == tideSuccess && cs->hello) r = progressHello(cs->comm, &ready);
+  if (r != tideSuccess || ready) {
     memset(statePtr, 0, sizeof(cs));
     if (r == tideSuccess) {
-      adoptSide(cs->comm, std::move(cs->x.sock));
       *sendComm = cs->comm;
       cs->comm = nullptr;
     }
@@ -379,6 +444,7 @@ tideResult_t ucxConnect(int dev, void* handle, void** sendComm) {
 
 tideResult_t ucxAccept(void* listenComm, void** recvComm) {
   *recvComm = nullptr;
+  sweepClosing();
   auto* l = static_cast<UcxListen*>(listenComm);
   for (;;) {
     int fd = accept4(l->lsock.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -400,6 +466,7 @@ tideResult_t ucxAccept(void* listenComm, void** recvComm) {
         r = newComm(false, &p.comm);
         std::vector<uint8_t> addr;
         if (r == tideSuccess) r = connectEp(p.comm, p.x.in);
+        if (r == tideSuccess) r = startHello(p.comm, l->nonce);
         if (r == tideSuccess) r = workerAddress(p.comm, &addr);
         if (r == tideSuccess) {
           p.x.setOut(l->nonce, addr);
@@ -407,8 +474,16 @@ tideResult_t ucxAccept(void* listenComm, void** recvComm) {
         }
       }
     }
-    bool sent = false;
-    if (r == tideSuccess && p.replying) r = p.x.pushOut(&sent);
+    if (r == tideSuccess && p.replying && !p.hello) {
+      bool sent = false;
+      r = p.x.pushOut(&sent);
+      if (r == tideSuccess && sent) {
+        adoptSide(p.comm, std::move(p.x.sock));
+        p.hello = true;
+      }
+    }
+    bool ready = false;
+    if (r == tideSuccess && p.hello) r = progressHello(p.comm, &ready);
     if (r != tideSuccess) {
       // A stray or broken connector: drop it and keep accepting others.
       if (p.comm) destroyComm(p.comm);
@@ -416,8 +491,7 @@ tideResult_t ucxAccept(void* listenComm, void** recvComm) {
       --i;
       continue;
     }
-    if (sent) {
-      adoptSide(p.comm, std::move(p.x.sock));
+    if (ready) {
       *recvComm = p.comm;
       l->pending.erase(l->pending.begin() + i);
       return tideSuccess;
