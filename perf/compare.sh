@@ -12,7 +12,8 @@
 # for small sizes the time ratio best-MPI / Tide) and writes CSV, JSON and
 # PNG plots. A STREAM probe (stream_probe) runs first; All-Reduce busbw is
 # also shown as a fraction of the memory roofline (see stream_probe.cc). The
-# printed report is also saved as OUT/report.txt.
+# printed report is also saved as OUT/report.txt, followed by the verdict of
+# perf/check_bands.py (issue 3's acceptance bands) on the medians.
 #
 # Sizes: min * factor^k up to --split (-s), and max / factor^k above it, so
 # both ends of -b..-e are measured. Sizes <= -s run with --small-iters, sizes
@@ -27,7 +28,10 @@
 #   -b/-e/-f    min bytes, max bytes, size factor (>= 2) [8, 256M, 4]
 #   -C "LIST"   collectives [all_reduce all_gather reduce_scatter broadcast];
 #               also: reduce alltoall sendrecv
-#   -L "LIST"   libraries among tide ob1 ucx [tide ob1 ucx]
+#   -L "LIST"   libraries among tide ob1 ucx tideB [tide ob1 ucx]; tideB is
+#               Tide again with the environment of -V (A/B a knob in the same
+#               alternating run; never counted as a peer)
+#   -V "ENV"    environment of tideB, e.g. "TIDE_SHM_CMA_HUGE=1 TIDE_ALGO=ring"
 #   -z 0|1      blocking mode passed to every tool [1]: 1 issues Tide's calls
 #               on the NULL stream, which, like MPI_Allreduce, returns when
 #               the operation is done (the MPI tools are always blocking);
@@ -52,6 +56,7 @@ maxb=256M
 factor=4
 colls="all_reduce all_gather reduce_scatter broadcast"
 libs="tide ob1 ucx"
+variant_env=""
 blocking=1
 split=64K
 split2=4M
@@ -73,6 +78,7 @@ while [ $# -gt 0 ]; do
     -f) factor=$2; shift ;;
     -C) colls=$2; shift ;;
     -L) libs=$2; shift ;;
+    -V) variant_env=$2; shift ;;
     -z) blocking=$2; shift ;;
     -s) split=$2; shift ;;
     -S) split2=$2; shift ;;
@@ -117,7 +123,7 @@ for f in "$tiderun" "$probe"; do
 done
 for c in $colls; do
   for l in $libs; do
-    if [ "$l" = tide ]; then f="$build/perf/${c}_perf"; else f="$build/perf/${c}_perf_mpi"; fi
+    case "$l" in tide|tideB) f="$build/perf/${c}_perf" ;; *) f="$build/perf/${c}_perf_mpi" ;; esac
     [ -x "$f" ] || { echo "compare.sh: $f not built (MPI tools need meson's mpi_dep)" >&2; exit 1; }
   done
 done
@@ -164,7 +170,8 @@ git -C "$repo" diff --quiet 2>/dev/null || rev="$rev+dirty"
   echo "  \"ranks\": \"$ranks\", \"reps\": $reps, \"min_bytes\": $minb, \"max_bytes\": $maxb,"
   echo "  \"factor\": $factor, \"split\": $split, \"split2\": $split2, \"blocking\": $blocking,"
   echo "  \"small_iters\": \"$small_iters\", \"medium_iters\": \"$medium_iters\","
-  echo "  \"large_iters\": \"$large_iters\", \"check\": \"$check\""
+  echo "  \"large_iters\": \"$large_iters\", \"check\": \"$check\","
+  echo "  \"variant_env\": \"$variant_env\""
 } > "$out/meta.json"  # closed at the end
 
 echo "== compare: results in $out" >&2
@@ -195,6 +202,8 @@ for n in $ranks; do
         { [ "$check" = all ] || { [ "$check" = first ] && [ "$rep" = 1 ]; }; } && cflag=1
         case "$lib" in
           tide) launch=("$tiderun" -n "$n" "$build/perf/${c}_perf") ;;
+          # shellcheck disable=SC2206
+          tideB) launch=(env $variant_env "$tiderun" -n "$n" "$build/perf/${c}_perf") ;;
           ob1) launch=("${mpirun[@]}" -np "$n" "${mca_ob1[@]}" "$build/perf/${c}_perf_mpi") ;;
           ucx) launch=("${mpirun[@]}" -np "$n" "${mca_ucx[@]}" "$build/perf/${c}_perf_mpi") ;;
           *) echo "compare.sh: unknown library $lib" >&2; exit 1 ;;
@@ -233,4 +242,6 @@ echo "  \"seconds\": $(($(date +%s) - start_all))" >> "$out/meta.json"
 echo "}" >> "$out/meta.json"
 
 python3 "$here/plot_compare.py" "$out" | tee "$out/report.txt" || fail=1
+# Issue 3's acceptance bands (information: a failing band does not fail the run).
+python3 "$here/check_bands.py" "$out" | tee -a "$out/report.txt" || true
 exit $fail

@@ -23,9 +23,12 @@ import statistics
 import subprocess
 import sys
 
-LIBS = ["tide", "ob1", "ucx"]
-LABEL = {"tide": "Tide", "ob1": "Open MPI (ob1/vader)", "ucx": "Open MPI (UCX)"}
-SHORT = {"tide": "tide", "ob1": "mpi-ob1", "ucx": "mpi-ucx"}
+LIBS = ["tide", "ob1", "ucx", "tideB"]
+LABEL = {"tide": "Tide", "ob1": "Open MPI (ob1/vader)", "ucx": "Open MPI (UCX)",
+         "tideB": "Tide (variant B)"}
+SHORT = {"tide": "tide", "ob1": "mpi-ob1", "ucx": "mpi-ucx", "tideB": "tideB"}
+# Libraries that are not a peer: never counted in "best MPI".
+TIDES = ("tide", "tideB")
 NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
          "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast", "reduce": "Reduce",
          "alltoall": "AlltoAll", "sendrecv": "SendRecv"}
@@ -200,7 +203,7 @@ def main():
 
     # ---- tables ----
     libs = [l for l in LIBS if any(m["lib"] == l for m in medians)]
-    mpis = [l for l in libs if l != "tide"]
+    mpis = [l for l in libs if l not in TIDES]
     plots = []
     for coll in sorted({m["coll"] for m in medians}, key=lambda c: list(NAMES).index(c)):
         for n in sorted({m["ranks"] for m in medians if m["coll"] == coll}):
@@ -211,6 +214,8 @@ def main():
             head = "  %10s" % "size(B)" + "".join("  %8s" % SHORT[l] for l in libs)
             if "tide" in libs and mpis:
                 head += "  %9s" % "tide/best"
+                if "tideB" in libs:
+                    head += "  %9s" % "tideB/tide"
                 head += "  |  %9s" % "t_tide_us" + "".join("  %9s" % ("t_" + l) for l in mpis)
                 head += "  %9s" % "bestT/tide"
             roof_col = coll == "all_reduce" and n in roof and "tide" in libs
@@ -220,6 +225,9 @@ def main():
             if "tide" in libs and mpis:
                 print("  (tide/best: Tide busbw / best MPI busbw; bestT/tide: best MPI time / "
                       "Tide time, sizes <= %s; > 1 means Tide is faster)" % human(split))
+                if "tideB" in libs:
+                    print("  (tideB: Tide with %s; tideB/tide: its busbw / Tide's)"
+                          % (meta.get("variant_env") or "no extra environment"))
             for size in sizes:
                 get = lambda l: med.get((coll, n, l, size))
                 line = "  %10s" % human(size)
@@ -230,6 +238,10 @@ def main():
                     best = max((get(l)["busbw"] for l in mpis if get(l)), default=None)
                     ratio = (tide["busbw"] / best if tide and best else None)
                     line += "  " + fmt(ratio, "%9.2f", 9)
+                    if "tideB" in libs:
+                        vb = get("tideB")
+                        line += "  " + fmt(vb["busbw"] / tide["busbw"] if vb and tide and
+                                           tide["busbw"] > 0 else None, "%9.2f", 9)
                     if size <= split:
                         line += "  |  " + fmt(tide["time_us"] if tide else None, "%9.1f", 9)
                         for l in mpis:

@@ -386,23 +386,29 @@ SHIM_API ncclResult_t pncclCommFinalize(ncclComm_t comm) {
 }
 SHIM_ALIAS(ncclCommFinalize)
 
-SHIM_API ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+namespace {
+
+// ncclCommDestroy / ncclCommAbort: ends the Tide communicator with `end`
+// (tideCommDestroy or tideCommAbort) and frees the wrapper whatever `end`
+// returns. NULL is a no-op.
+ncclResult_t endComm(ncclComm_t comm, const char* what, tideResult_t (*end)(tideComm_t)) {
   if (comm == nullptr) return ncclSuccess;
-  return shim::guarded(nullptr, "ncclCommDestroy", [&] {
-    const tideResult_t r = comm->tide != nullptr ? tideCommDestroy(comm->tide) : tideSuccess;
+  return shim::guarded(nullptr, what, [&] {
+    const tideResult_t r = comm->tide != nullptr ? end(comm->tide) : tideSuccess;
     delete comm;
-    return r == tideSuccess ? ncclSuccess : fromTide(nullptr, r, "ncclCommDestroy");
+    return r == tideSuccess ? ncclSuccess : fromTide(nullptr, r, what);
   });
+}
+
+}  // namespace
+
+SHIM_API ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  return endComm(comm, "ncclCommDestroy", tideCommDestroy);
 }
 SHIM_ALIAS(ncclCommDestroy)
 
 SHIM_API ncclResult_t pncclCommAbort(ncclComm_t comm) {
-  if (comm == nullptr) return ncclSuccess;
-  return shim::guarded(nullptr, "ncclCommAbort", [&] {
-    const tideResult_t r = comm->tide != nullptr ? tideCommAbort(comm->tide) : tideSuccess;
-    delete comm;
-    return r == tideSuccess ? ncclSuccess : fromTide(nullptr, r, "ncclCommAbort");
-  });
+  return endComm(comm, "ncclCommAbort", tideCommAbort);
 }
 SHIM_ALIAS(ncclCommAbort)
 

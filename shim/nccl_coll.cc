@@ -1,8 +1,10 @@
 // NCCL shim: reduction operators, collectives, point-to-point and groups.
 // See nccl_api.cc for the buffer model.
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_loader.h"
@@ -132,6 +134,82 @@ ncclResult_t resolveOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dt, const
   return ncclSuccess;
 }
 
+// One entry point's call as the shared body below sees it.
+struct Call {
+  ncclComm_t comm;
+  const char* what;
+  ncclDataType_t dt;
+  const void* send;  // null for ncclRecv
+  void* recv;        // null for ncclSend
+  size_t bytes;      // what submit() reports and the one-rank device path moves
+  // The one-rank device path: a stream-ordered copy send -> recv, or a self
+  // send / receive matched in the communicator's queue.
+  enum class Local { kCopy, kSend, kRecv } local = Local::kCopy;
+};
+
+// Blocking (or recorded inside a group): the body every collective and
+// point-to-point entry point shares. Routes the buffers by `plan`; with
+// `red`, resolves `op` into *red (after the routing checks, so a NULL comm is
+// reported first); on a one-rank communicator with device buffers takes the
+// stream-ordered local path (not for a PreMulSum, which must scale);
+// otherwise submits run(staging), the Tide call on the buffers the staging
+// hands over (in()/out()). `run` may read *red when it runs.
+ncclResult_t runCall(const Call& c, cudaStream_t stream, shim::Staging::Plan plan,
+                     std::function<tideResult_t(const shim::Staging&)> run,
+                     ncclRedOp_t op = ncclSum, Reduction* red = nullptr) {
+  Route rt;
+  ncclResult_t r = route(c.comm, c.what, c.dt, c.send, c.recv, stream, std::move(plan), &rt);
+  if (r == ncclSuccess && red != nullptr) r = resolveOp(c.comm, op, c.dt, c.what, red);
+  if (r != ncclSuccess) return r;
+  if (rt.local && (red == nullptr || !red->preMul)) {
+    switch (c.local) {
+      case Call::Local::kSend:
+        return localSendRecv(c.comm, c.what, true, const_cast<void*>(c.send), c.bytes, stream);
+      case Call::Local::kRecv:
+        return localSendRecv(c.comm, c.what, false, c.recv, c.bytes, stream);
+      case Call::Local::kCopy:
+        break;
+    }
+    return localCopy(c.comm, c.what, c.recv, c.send, c.bytes, stream);
+  }
+  auto st = rt.st;
+  return shim::submit(
+      c.comm, c.what, static_cast<double>(c.bytes), [st, run = std::move(run)] { return run(*st); },
+      st);
+}
+
+// A collective that does not reduce: `run(staging)` is its Tide call. What
+// escapes (allocation failure) becomes an error code, as for every entry point.
+template <typename PlanFn, typename Run>
+ncclResult_t collective(const Call& c, cudaStream_t stream, PlanFn plan, Run run) noexcept {
+  return shim::guarded(c.comm, c.what, [&]() -> ncclResult_t {
+    return runCall(c, stream, std::move(plan), std::move(run));
+  });
+}
+
+// A reducing collective: run(in, out, op) is its Tide call on the staged
+// buffers, `in` being the input premultiplied for a PreMulSum; the input
+// holds `count` elements, times the number of ranks when `inputPerRank`
+// (ReduceScatter).
+template <typename PlanFn, typename Run>
+ncclResult_t reduction(const Call& c, cudaStream_t stream, ncclRedOp_t op, size_t count,
+                       bool inputPerRank, PlanFn plan, Run run) noexcept {
+  return shim::guarded(c.comm, c.what, [&]() -> ncclResult_t {
+    auto red = std::make_shared<Reduction>();
+    const ncclComm_t comm = c.comm;
+    const ncclDataType_t dt = c.dt;
+    auto call = [=](const shim::Staging& st) {
+      size_t inCount = count;
+      if (inputPerRank) {
+        int nranks = 1;
+        tideCommCount(comm->tide, &nranks);
+        inCount *= static_cast<size_t>(nranks);
+      }
+      return run(red->input(st.in(), inCount, dt), st.out(), red->op);
+    };
+    return runCall(c, stream, std::move(plan), call, op, red.get());
+  });
+}
 }  // namespace
 
 // ---- Reduction operators --------------------------------------------------------
@@ -193,121 +271,66 @@ SHIM_ALIAS(ncclRedOpDestroy)
 SHIM_API ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                      cudaStream_t stream) {
-  return shim::guarded(comm, "ncclAllReduce", [&]() -> ncclResult_t {
-    const char* what = "ncclAllReduce";
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Reduction red;
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int, int) {
-          s.input(sendbuff, bytes);
-          s.output(recvbuff, bytes);
-        },
-        &rt);
-    if (r == ncclSuccess) r = resolveOp(comm, op, datatype, what, &red);
-    if (r != ncclSuccess) return r;
-    if (rt.local && !red.preMul) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] {
-          return tideAllReduce(red.input(st->in(), count, datatype), st->out(), count, td(datatype),
-                               red.op, comm->tide, nullptr);
-        },
-        st);
-  });
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  return reduction(
+      {comm, "ncclAllReduce", datatype, sendbuff, recvbuff, bytes}, stream, op, count, false,
+      [=](shim::Staging& s, int, int) {
+        s.input(sendbuff, bytes);
+        s.output(recvbuff, bytes);
+      },
+      [=](const void* in, void* out, tideRedOp_t red) {
+        return tideAllReduce(in, out, count, td(datatype), red, comm->tide, nullptr);
+      });
 }
 SHIM_ALIAS(ncclAllReduce)
 
 SHIM_API ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                   ncclDataType_t datatype, ncclRedOp_t op, int root,
                                   ncclComm_t comm, cudaStream_t stream) {
-  return shim::guarded(comm, "ncclReduce", [&]() -> ncclResult_t {
-    const char* what = "ncclReduce";
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Reduction red;
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int rank, int) {
-          s.input(sendbuff, bytes);
-          s.output(recvbuff, bytes, rank == root);
-        },
-        &rt);
-    if (r == ncclSuccess) r = resolveOp(comm, op, datatype, what, &red);
-    if (r != ncclSuccess) return r;
-    if (rt.local && !red.preMul) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] {
-          return tideReduce(red.input(st->in(), count, datatype), st->out(), count, td(datatype),
-                            red.op, root, comm->tide, nullptr);
-        },
-        st);
-  });
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  return reduction(
+      {comm, "ncclReduce", datatype, sendbuff, recvbuff, bytes}, stream, op, count, false,
+      [=](shim::Staging& s, int rank, int) {
+        s.input(sendbuff, bytes);
+        s.output(recvbuff, bytes, rank == root);
+      },
+      [=](const void* in, void* out, tideRedOp_t red) {
+        return tideReduce(in, out, count, td(datatype), red, root, comm->tide, nullptr);
+      });
 }
 SHIM_ALIAS(ncclReduce)
 
 SHIM_API ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                          cudaStream_t stream) {
-  return shim::guarded(comm, "ncclReduceScatter", [&]() -> ncclResult_t {
-    const char* what = "ncclReduceScatter";
-    const size_t bytes = recvcount * shim::dtypeBytes(datatype);
-    Reduction red;
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int, int n) {
-          s.input(sendbuff, bytes * static_cast<size_t>(n));
-          s.output(recvbuff, bytes);
-        },
-        &rt);
-    if (r == ncclSuccess) r = resolveOp(comm, op, datatype, what, &red);
-    if (r != ncclSuccess) return r;
-    if (rt.local && !red.preMul) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] {
-          int nranks = 1;
-          tideCommCount(comm->tide, &nranks);
-          return tideReduceScatter(red.input(st->in(), recvcount * nranks, datatype), st->out(),
-                                   recvcount, td(datatype), red.op, comm->tide, nullptr);
-        },
-        st);
-  });
+  const size_t bytes = recvcount * shim::dtypeBytes(datatype);
+  return reduction(
+      {comm, "ncclReduceScatter", datatype, sendbuff, recvbuff, bytes}, stream, op, recvcount, true,
+      [=](shim::Staging& s, int, int n) {
+        s.input(sendbuff, bytes * static_cast<size_t>(n));
+        s.output(recvbuff, bytes);
+      },
+      [=](const void* in, void* out, tideRedOp_t red) {
+        return tideReduceScatter(in, out, recvcount, td(datatype), red, comm->tide, nullptr);
+      });
 }
 SHIM_ALIAS(ncclReduceScatter)
 
 SHIM_API ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
-  return shim::guarded(comm, "ncclBroadcast", [&]() -> ncclResult_t {
-    const char* what = "ncclBroadcast";
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int rank, int) {
-          if (rank == root) s.input(sendbuff, bytes);
-          s.output(recvbuff, bytes);
-        },
-        &rt);
-    if (r != ncclSuccess) return r;
-    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] {
-          // Non-roots read nothing: hand Tide their (staged) receive buffer.
-          const void* src = st->in() != nullptr ? st->in() : st->out();
-          return tideBroadcast(src, st->out(), count, td(datatype), root, comm->tide, nullptr);
-        },
-        st);
-  });
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  return collective(
+      {comm, "ncclBroadcast", datatype, sendbuff, recvbuff, bytes}, stream,
+      [=](shim::Staging& s, int rank, int) {
+        if (rank == root) s.input(sendbuff, bytes);
+        s.output(recvbuff, bytes);
+      },
+      [=](const shim::Staging& st) {
+        // Non-roots read nothing: hand Tide their (staged) receive buffer.
+        const void* src = st.in() != nullptr ? st.in() : st.out();
+        return tideBroadcast(src, st.out(), count, td(datatype), root, comm->tide, nullptr);
+      });
 }
 SHIM_ALIAS(ncclBroadcast)
 
@@ -320,51 +343,31 @@ SHIM_ALIAS(ncclBcast)
 SHIM_API ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                      ncclDataType_t datatype, ncclComm_t comm,
                                      cudaStream_t stream) {
-  return shim::guarded(comm, "ncclAllGather", [&]() -> ncclResult_t {
-    const char* what = "ncclAllGather";
-    const size_t bytes = sendcount * shim::dtypeBytes(datatype);
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int, int n) {
-          s.input(sendbuff, bytes);
-          s.output(recvbuff, bytes * static_cast<size_t>(n));
-        },
-        &rt);
-    if (r != ncclSuccess) return r;
-    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] {
-          return tideAllGather(st->in(), st->out(), sendcount, td(datatype), comm->tide, nullptr);
-        },
-        st);
-  });
+  const size_t bytes = sendcount * shim::dtypeBytes(datatype);
+  return collective(
+      {comm, "ncclAllGather", datatype, sendbuff, recvbuff, bytes}, stream,
+      [=](shim::Staging& s, int, int n) {
+        s.input(sendbuff, bytes);
+        s.output(recvbuff, bytes * static_cast<size_t>(n));
+      },
+      [=](const shim::Staging& st) {
+        return tideAllGather(st.in(), st.out(), sendcount, td(datatype), comm->tide, nullptr);
+      });
 }
 SHIM_ALIAS(ncclAllGather)
 
 SHIM_API ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  return shim::guarded(comm, "ncclAlltoAll", [&]() -> ncclResult_t {
-    const char* what = "ncclAlltoAll";
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int, int n) {
-          s.input(sendbuff, bytes * static_cast<size_t>(n));
-          s.output(recvbuff, bytes * static_cast<size_t>(n));
-        },
-        &rt);
-    if (r != ncclSuccess) return r;
-    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] { return tideAlltoAll(st->in(), st->out(), count, td(datatype), comm->tide, nullptr); },
-        st);
-  });
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  return collective(
+      {comm, "ncclAlltoAll", datatype, sendbuff, recvbuff, bytes}, stream,
+      [=](shim::Staging& s, int, int n) {
+        s.input(sendbuff, bytes * static_cast<size_t>(n));
+        s.output(recvbuff, bytes * static_cast<size_t>(n));
+      },
+      [=](const shim::Staging& st) {
+        return tideAlltoAll(st.in(), st.out(), count, td(datatype), comm->tide, nullptr);
+      });
 }
 SHIM_ALIAS(ncclAlltoAll)
 
@@ -409,31 +412,48 @@ tideResult_t gatherScatter(bool gather, const void* send, void* recv, size_t cou
 ncclResult_t gatherScatterCall(bool gather, const void* sendbuff, void* recvbuff, size_t count,
                                ncclDataType_t datatype, int root, ncclComm_t comm,
                                cudaStream_t stream) {
-  const char* what = gather ? "ncclGather" : "ncclScatter";
-  return shim::guarded(comm, what, [&]() -> ncclResult_t {
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, recvbuff, stream,
-        [=](shim::Staging& s, int rank, int n) {
-          const size_t big = bytes * static_cast<size_t>(n);
-          if (gather) {
-            s.input(sendbuff, bytes);
-            if (rank == root) s.output(recvbuff, big);
-          } else {
-            if (rank == root) s.input(sendbuff, big);
-            s.output(recvbuff, bytes);
-          }
-        },
-        &rt);
-    if (r != ncclSuccess) return r;
-    if (rt.local) return localCopy(comm, what, recvbuff, sendbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] { return gatherScatter(gather, st->in(), st->out(), count, datatype, root, comm); },
-        st);
-  });
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  return collective(
+      {comm, gather ? "ncclGather" : "ncclScatter", datatype, sendbuff, recvbuff, bytes}, stream,
+      [=](shim::Staging& s, int rank, int n) {
+        const size_t big = bytes * static_cast<size_t>(n);
+        if (gather) {
+          s.input(sendbuff, bytes);
+          if (rank == root) s.output(recvbuff, big);
+        } else {
+          if (rank == root) s.input(sendbuff, big);
+          s.output(recvbuff, bytes);
+        }
+      },
+      [=](const shim::Staging& st) {
+        return gatherScatter(gather, st.in(), st.out(), count, datatype, root, comm);
+      });
+}
+
+// ncclSend (`isSend`, buf read) and ncclRecv (buf written).
+ncclResult_t pointToPoint(bool isSend, void* buf, size_t count, ncclDataType_t datatype, int peer,
+                          ncclComm_t comm, cudaStream_t stream) {
+  const size_t bytes = count * shim::dtypeBytes(datatype);
+  const Call c{comm,
+               isSend ? "ncclSend" : "ncclRecv",
+               datatype,
+               isSend ? buf : nullptr,
+               isSend ? nullptr : buf,
+               bytes,
+               isSend ? Call::Local::kSend : Call::Local::kRecv};
+  return collective(
+      c, stream,
+      [=](shim::Staging& s, int, int) {
+        if (isSend) {
+          s.input(buf, bytes);
+        } else {
+          s.output(buf, bytes);
+        }
+      },
+      [=](const shim::Staging& st) {
+        return isSend ? tideSend(st.in(), count, td(datatype), peer, comm->tide, nullptr)
+                      : tideRecv(st.out(), count, td(datatype), peer, comm->tide, nullptr);
+      });
 }
 
 }  // namespace
@@ -454,40 +474,13 @@ SHIM_ALIAS(ncclScatter)
 
 SHIM_API ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
                                 int peer, ncclComm_t comm, cudaStream_t stream) {
-  return shim::guarded(comm, "ncclSend", [&]() -> ncclResult_t {
-    const char* what = "ncclSend";
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, sendbuff, nullptr, stream,
-        [=](shim::Staging& s, int, int) { s.input(sendbuff, bytes); }, &rt);
-    if (r != ncclSuccess) return r;
-    if (rt.local)
-      return localSendRecv(comm, what, true, const_cast<void*>(sendbuff), bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] { return tideSend(st->in(), count, td(datatype), peer, comm->tide, nullptr); }, st);
-  });
+  return pointToPoint(true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream);
 }
 SHIM_ALIAS(ncclSend)
 
 SHIM_API ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                 ncclComm_t comm, cudaStream_t stream) {
-  return shim::guarded(comm, "ncclRecv", [&]() -> ncclResult_t {
-    const char* what = "ncclRecv";
-    const size_t bytes = count * shim::dtypeBytes(datatype);
-    Route rt;
-    ncclResult_t r = route(
-        comm, what, datatype, nullptr, recvbuff, stream,
-        [=](shim::Staging& s, int, int) { s.output(recvbuff, bytes); }, &rt);
-    if (r != ncclSuccess) return r;
-    if (rt.local) return localSendRecv(comm, what, false, recvbuff, bytes, stream);
-    auto st = rt.st;
-    return shim::submit(
-        comm, what, static_cast<double>(bytes),
-        [=] { return tideRecv(st->out(), count, td(datatype), peer, comm->tide, nullptr); }, st);
-  });
+  return pointToPoint(false, recvbuff, count, datatype, peer, comm, stream);
 }
 SHIM_ALIAS(ncclRecv)
 

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "core/kernels.h"
@@ -150,7 +151,7 @@ class ExecCtx {
   size_t chunkBytes_;
   const CommTopo* topo_;
   PeerTraffic* traffic_;
-  CommTopo ownTopo_;  // used when none was given
+  std::unique_ptr<CommTopo> ownTopo_;  // a one-node default, made only when none was given
   Status error_;
   std::coroutine_handle<> resume_;
   std::vector<Pending> waits_;

@@ -298,21 +298,26 @@ Task runCollective(ExecCtx& ctx, const OpDesc& op) {
 }
 
 uint32_t opTagOf(uint64_t collSeq, int coll, uint64_t count, int dtype, int op, int root) {
-  // FNV-1a over the fields, then folded to 32 bits; 0 is reserved for
-  // "unchecked".
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xffu;
-      h *= 1099511628211ull;
-    }
+  // The fields packed into four 64-bit words, each folded into the state by
+  // a bijective step (xor, multiply by an odd constant, xorshift): for fixed
+  // other fields, different values of one field give different 64-bit states,
+  // so only the final fold to 32 bits can collide. A few cycles per word
+  // instead of a multiply per byte; 0 is reserved for "unchecked".
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  auto step = [](uint64_t h, uint64_t w) {
+    h = (h ^ w) * kMul;
+    return h ^ (h >> 29);
   };
-  mix(collSeq);
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(coll)));
-  mix(count);
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(dtype)));
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(op)));
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(root)));
+  auto pair = [](int lo, int hi) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(lo)) |
+           static_cast<uint64_t>(static_cast<uint32_t>(hi)) << 32;
+  };
+  uint64_t h = 0x243f6a8885a308d3ull;
+  h = step(h, collSeq);
+  h = step(h, count);
+  h = step(h, pair(coll, dtype));
+  h = step(h, pair(op, root));
+  h *= 0xbf58476d1ce4e5b9ull;
   const uint32_t t = static_cast<uint32_t>(h ^ (h >> 32));
   return t == 0 ? 1u : t;
 }

@@ -64,14 +64,23 @@ std::string knobString(Knob k) {
   return v ? v : knobInfo(k).defaultValue;
 }
 
-int64_t knobInt(Knob k) {
-  int64_t v = 0;
+namespace {
+
+// The knob's value read by parse(text, &value); when unset or malformed
+// (warned about once), its default from the table.
+template <typename T, typename Parse>
+T parsedKnob(Knob k, Parse parse) {
+  T v = 0;
   const char* raw = rawValue(k);
-  if (raw && parseInt(raw, &v)) return v;
+  if (raw && parse(raw, &v)) return v;
   if (raw) warnMalformed(k, raw);
-  parseInt(knobInfo(k).defaultValue, &v);
+  parse(knobInfo(k).defaultValue, &v);
   return v;
 }
+
+}  // namespace
+
+int64_t knobInt(Knob k) { return parsedKnob<int64_t>(k, parseInt); }
 
 bool knobBool(Knob k) {
   const char* raw = rawValue(k);
@@ -121,12 +130,7 @@ bool parseSize(const std::string& text, uint64_t* out) {
 }
 
 uint64_t knobSize(Knob k) {
-  uint64_t v = 0;
-  const char* raw = rawValue(k);
-  if (raw && parseSize(raw, &v)) return v;
-  if (raw) warnMalformed(k, raw);
-  parseSize(knobInfo(k).defaultValue, &v);
-  return v;
+  return parsedKnob<uint64_t>(k, [](const char* text, uint64_t* v) { return parseSize(text, v); });
 }
 
 }  // namespace tide

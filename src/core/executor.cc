@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "core/log.h"
 
@@ -29,8 +30,9 @@ ExecCtx::ExecCtx(const CollArgs& args, int rank, int nranks, Connection* const* 
   if (topo_ == nullptr) {
     std::vector<PeerInfo> peers(static_cast<size_t>(nranks));
     for (int r = 0; r < nranks; ++r) peers[r].rank = r;
-    defaultCommTopo(peers, rank, &ownTopo_);
-    topo_ = &ownTopo_;
+    ownTopo_ = std::make_unique<CommTopo>();
+    defaultCommTopo(peers, rank, ownTopo_.get());
+    topo_ = ownTopo_.get();
   }
 }
 

@@ -208,7 +208,38 @@ std::string SelfDir() {
   return slash == std::string::npos ? std::string("./") : e.substr(0, slash + 1);
 }
 
+namespace {
+
+// The master port is picked free but bound later by rank 0, so another process
+// on the machine (a parallel test, an outgoing connection's ephemeral port)
+// can take it in between. Rank 0 then fails to start the bootstrap root.
+bool LostMasterPort(const RunResult& r) {
+  if (r.ranks.empty() || r.timed_out || r.ranks[0].ok()) return false;
+  const std::string& out = r.ranks[0].output;
+  return out.find("bootstrap root") != std::string::npos &&
+         out.find("Address already in use") != std::string::npos;
+}
+
+RunResult RunProcessesOnce(const ProcessRunOptions& o);
+
+}  // namespace
+
 RunResult RunProcesses(const ProcessRunOptions& o) {
+  // A few attempts, each on a new port, when the master port was lost before
+  // any collective ran (kill hooks then re-run with the new job as well).
+  constexpr int kAttempts = 3;
+  RunResult res;
+  for (int i = 0; i < kAttempts; ++i) {
+    res = RunProcessesOnce(o);
+    if (!LostMasterPort(res)) break;
+    fprintf(stderr, "rank_harness: master port taken by another process, retrying on a new one\n");
+  }
+  return res;
+}
+
+namespace {
+
+RunResult RunProcessesOnce(const ProcessRunOptions& o) {
   RunResult res;
   const auto t0 = Clock::now();
   const int n = o.nranks;
@@ -383,6 +414,8 @@ RunResult RunProcesses(const ProcessRunOptions& o) {
   res.elapsed_s = MsSince(t0) / 1000.0;
   return res;
 }
+
+}  // namespace
 
 void ThreadRank::Logf(const char* fmt, ...) {
   char buf[1024];

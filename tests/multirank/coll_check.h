@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ inline constexpr int kNumColls = 7;
 inline constexpr size_t kLargeCount = ~static_cast<size_t>(0);
 // Counts up to this are "small": every root is tested for rooted collectives.
 inline constexpr size_t kSmallLimit = 4097;
+// Bytes per rank of a "large" case in reduced mode (1 MiB otherwise).
+inline constexpr size_t kReducedLargeBytes = size_t{256} << 10;
+
+// True when TIDE_TEST_REDUCED=1: multi-rank tests run a reduced matrix (fewer
+// large sizes and repetitions; see ExpandSpec), for slow sanitized builds.
+inline bool ReducedMode() {
+  const char* v = getenv("TIDE_TEST_REDUCED");
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
 
 struct CaseSpec {
   Coll coll = Coll::kAllReduce;
@@ -89,6 +99,13 @@ tideResult_t IssueCollective(const CaseSpec& s, const CaseEnv& e, const void* se
 //   stream [0]: 1 runs the cases on a host stream
 //   offset [0]: buffers start this many elements past a 64-byte boundary
 // Returns false and sets *err on a malformed spec.
+//
+// Reduced mode (ReducedMode(), for the sanitizer stages of CI): counts are
+// expanded as above, so every collective x dtype x op x in/out of place at
+// counts 0, 1, 7 and 4097 still runs; roots=all becomes roots=ends (first and
+// last rank); "large" becomes kReducedLargeBytes / element size + 3 elements
+// (still more than one pipeline chunk and FIFO slot) for every second dtype
+// of the spec's list.
 bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out, std::string* err);
 
 const char* CollName(Coll c);

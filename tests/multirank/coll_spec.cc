@@ -156,15 +156,19 @@ bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
   if (ops.empty()) ParseNames("all", kOpNames, tideNumOps, &ops, err);
   if (counts.empty()) counts = {0, 1, 7, 4097};
 
+  const bool reduced = ReducedMode();
+  if (reduced && roots == "all") roots = "ends";
+  const size_t large_bytes = reduced ? kReducedLargeBytes : size_t{1} << 20;
   for (int ci : colls) {
     const Coll coll = static_cast<Coll>(ci);
-    for (int dt : dtypes) {
-      const auto dtype = static_cast<tideDataType_t>(dt);
+    for (size_t di = 0; di < dtypes.size(); ++di) {
+      const auto dtype = static_cast<tideDataType_t>(dtypes[di]);
       std::vector<int> op_list = IsReducing(coll) ? ops : std::vector<int>{tideSum};
       for (int op : op_list) {
         for (size_t count_spec : counts) {
+          if (count_spec == kLargeCount && reduced && di % 2 != 0) continue;
           const size_t count =
-              count_spec == kLargeCount ? (size_t{1} << 20) / DtypeSize(dtype) + 3 : count_spec;
+              count_spec == kLargeCount ? large_bytes / DtypeSize(dtype) + 3 : count_spec;
           std::vector<int> root_list = {-1};
           if (IsRooted(coll)) {
             root_list.clear();

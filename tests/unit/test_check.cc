@@ -3,6 +3,10 @@
 // them (a different op tag gives a different net tag for every chunk).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -92,6 +96,89 @@ TEST(OpTag, EveryFieldChangesIt) {
   EXPECT_NE(base, opTagOf(7, bc, 4096, tideInt32, -1, 0));       // same-size datatype
   EXPECT_NE(base, opTagOf(7, bc, 4096, tideFloat, tideSum, 0));  // operator
   EXPECT_NE(base, opTagOf(7, bc, 4096, tideFloat, -1, 1));       // root
+}
+
+// Flipping any one bit of any one field, from several starting points,
+// changes the tag (for fixed other fields the 64-bit state is a bijection of
+// each field, so only the fold to 32 bits could collide).
+TEST(OpTag, EveryBitOfEveryFieldChangesIt) {
+  struct Fields {
+    uint64_t seq;
+    int coll;
+    uint64_t count;
+    int dtype;
+    int op;
+    int root;
+    uint32_t tag() const { return opTagOf(seq, coll, count, dtype, op, root); }
+  };
+  const Fields bases[] = {
+      {0, static_cast<int>(CollType::AllReduce), 0, tideFloat, tideSum, -1},
+      {7, static_cast<int>(CollType::Broadcast), 4096, tideInt32, -1, 0},
+      {~uint64_t{0}, static_cast<int>(CollType::Reduce), ~uint64_t{0}, tideDouble, tideMax, 3},
+  };
+  for (const Fields& b : bases) {
+    const uint32_t base = b.tag();
+    EXPECT_NE(base, 0u);
+    for (int bit = 0; bit < 64; ++bit) {
+      Fields f = b;
+      f.seq ^= uint64_t{1} << bit;
+      EXPECT_NE(f.tag(), base) << "seq bit " << bit;
+      f = b;
+      f.count ^= uint64_t{1} << bit;
+      EXPECT_NE(f.tag(), base) << "count bit " << bit;
+    }
+    for (int bit = 0; bit < 32; ++bit) {
+      const int m = static_cast<int>(1u << bit);
+      Fields f = b;
+      f.coll ^= m;
+      EXPECT_NE(f.tag(), base) << "collective bit " << bit;
+      f = b;
+      f.dtype ^= m;
+      EXPECT_NE(f.tag(), base) << "datatype bit " << bit;
+      f = b;
+      f.op ^= m;
+      EXPECT_NE(f.tag(), base) << "op bit " << bit;
+      f = b;
+      f.root ^= m;
+      EXPECT_NE(f.tag(), base) << "root bit " << bit;
+    }
+  }
+  // Fields do not alias one another: swapping values between fields changes it.
+  EXPECT_NE(opTagOf(1, 2, 3, 4, 5, 6), opTagOf(3, 2, 1, 4, 5, 6));
+  EXPECT_NE(opTagOf(1, 2, 3, 4, 5, 6), opTagOf(1, 4, 3, 2, 5, 6));
+  EXPECT_NE(opTagOf(1, 2, 3, 4, 5, 6), opTagOf(1, 2, 3, 4, 6, 5));
+}
+
+// Consecutive calls (the common case: same call, next sequence number) spread
+// over the 32 bits: no collision among 4096 of them, and every bit varies.
+TEST(OpTag, ConsecutiveCallsSpread) {
+  std::vector<uint32_t> tags;
+  uint32_t ones = 0, zeros = 0;
+  for (uint64_t seq = 0; seq < 4096; ++seq) {
+    uint32_t t = opTagOf(seq, static_cast<int>(CollType::AllReduce), 1024, tideFloat, tideSum, -1);
+    tags.push_back(t);
+    ones |= t;
+    zeros |= ~t;
+  }
+  std::sort(tags.begin(), tags.end());
+  EXPECT_EQ(std::adjacent_find(tags.begin(), tags.end()), tags.end());
+  EXPECT_EQ(ones, 0xffffffffu);
+  EXPECT_EQ(zeros, 0xffffffffu);
+}
+
+// Cost on the hot path (one call per collective): prints ns per call. Each
+// call depends on the previous result, so this is latency, not throughput.
+TEST(OpTag, Timing) {
+  constexpr int kCalls = 2000000;
+  uint32_t acc = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    acc += opTagOf(static_cast<uint64_t>(i) + acc, 0, 4096 + (acc & 1), tideFloat, tideSum, -1);
+  }
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(acc, 0u);  // keeps the loop
+  std::printf("[ optag  ] opTagOf: %.2f ns/call\n", ns / kCalls);
 }
 
 TEST(OpTag, NetTagsCarryIt) {

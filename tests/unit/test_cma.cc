@@ -6,39 +6,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "tests/unit/shm_pair.h"
 #include "transports/shm/cma.h"
 #include "transports/shm/fifo.h"
 
 namespace tide {
 namespace {
 
-using shm::FifoView;
 using shm::RecvOp;
 using shm::SendOp;
-
-struct FifoMem {
-  FifoMem(uint32_t slots, size_t slotSize) {
-    size_t n = shm::alignUp(FifoView::footprint(slots, slotSize), 64);
-    mem = static_cast<char*>(std::aligned_alloc(64, n));
-    FifoView::initialize(mem, slots, slotSize);
-    view = FifoView(mem, slots, slotSize);
-  }
-  ~FifoMem() { std::free(mem); }
-  char* mem;
-  FifoView view;
-};
-
-void sumInt32(void* dst, const void* a, const void* b, size_t count) {
-  auto* d = static_cast<int32_t*>(dst);
-  auto* x = static_cast<const int32_t*>(a);
-  auto* y = static_cast<const int32_t*>(b);
-  for (size_t i = 0; i < count; ++i) d[i] = x[i] + y[i];
-}
+using shmtest::FifoMem;
+using shmtest::sumInt32;
 
 SendOp rendezvousSend(const void* buf, size_t bytes, uint32_t seq, uint64_t msgNum) {
   SendOp op{static_cast<const char*>(buf), bytes, 0, seq};

@@ -8,11 +8,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "tests/unit/shm_pair.h"
 #include "transports/shm/fifo.h"
 
 namespace tide {
@@ -21,21 +21,11 @@ namespace {
 using shm::FifoView;
 using shm::RecvOp;
 using shm::SendOp;
-
-struct FifoMem {
-  FifoMem(uint32_t slots, size_t slotSize) {
-    size_t n = shm::alignUp(FifoView::footprint(slots, slotSize), 64);
-    mem = static_cast<char*>(std::aligned_alloc(64, n));
-    FifoView::initialize(mem, slots, slotSize);
-  }
-  ~FifoMem() { std::free(mem); }
-  FifoView view(uint32_t slots, size_t slotSize) const { return FifoView(mem, slots, slotSize); }
-  char* mem;
-};
+using shmtest::FifoMem;
 
 TEST(LowLatency, SmallMessageSharesTheFlagsCacheLine) {
   FifoMem m(4, 256);
-  FifoView v = m.view(4, 256);
+  FifoView v = m.newView();
   char* slot = static_cast<char*>(v.writeSlot());
   ASSERT_NE(slot, nullptr);
   // The payload starts right after the 16-byte header, in the same line.
@@ -48,8 +38,8 @@ TEST(LowLatency, SmallMessageSharesTheFlagsCacheLine) {
 
 TEST(LowLatency, NothingVisibleBeforeCommit) {
   FifoMem m(2, 64);
-  FifoView prod = m.view(2, 64);
-  FifoView cons = m.view(2, 64);
+  FifoView prod = m.newView();
+  FifoView cons = m.newView();
   void* slot = prod.writeSlot();
   ASSERT_NE(slot, nullptr);
   std::memset(slot, 0x5a, 8);
@@ -68,8 +58,8 @@ TEST(LowLatency, NothingVisibleBeforeCommit) {
 // sides.
 TEST(LowLatency, ViewsResumeFromSharedState) {
   FifoMem m(3, 64);
-  FifoView prod = m.view(3, 64);
-  FifoView cons = m.view(3, 64);
+  FifoView prod = m.newView();
+  FifoView cons = m.newView();
   for (int i = 0; i < 5; ++i) {  // wrap once
     ASSERT_NE(prod.writeSlot(), nullptr);
     prod.commitWrite(1, static_cast<uint32_t>(i));
@@ -79,8 +69,8 @@ TEST(LowLatency, ViewsResumeFromSharedState) {
   }
   ASSERT_NE(prod.writeSlot(), nullptr);
   prod.commitWrite(3, 5);  // one filled, unconsumed slot
-  FifoView prod2 = m.view(3, 64);
-  FifoView cons2 = m.view(3, 64);
+  FifoView prod2 = m.newView();
+  FifoView cons2 = m.newView();
   ASSERT_NE(prod2.writeSlot(), nullptr);
   prod2.commitWrite(4, 6);
   uint32_t seq = 0;
@@ -97,7 +87,7 @@ TEST(LowLatency, ViewsResumeFromSharedState) {
 // A piece of another message is refused before anything is written.
 TEST(LowLatency, WrongMessageNumberIsRefused) {
   FifoMem m(4, 64);
-  FifoView v = m.view(4, 64);
+  FifoView v = m.newView();
   char data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   SendOp s{data, 8, 0, 7};
   ASSERT_EQ(shm::pushMessage(v, s), 1u);
@@ -162,11 +152,11 @@ TEST(LowLatency, PingPongTwoThreads) {
   };
   auto t0 = std::chrono::steady_clock::now();
   std::thread peer([&] {
-    FifoView out = ba.view(kSlots, kSlot), in = ab.view(kSlots, kSlot);
+    FifoView out = ba.newView(), in = ab.newView();
     for (int i = 0; i < kIters && !failed; ++i) pump(out, in, i, false);
   });
   {
-    FifoView out = ab.view(kSlots, kSlot), in = ba.view(kSlots, kSlot);
+    FifoView out = ab.newView(), in = ba.newView();
     for (int i = 0; i < kIters && !failed; ++i) pump(out, in, i, true);
   }
   peer.join();

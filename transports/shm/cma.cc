@@ -17,11 +17,16 @@ namespace tide::shm {
 namespace {
 
 // Written once at first use; its value mixes the pid so a probe that reads
-// another process's copy of the library by mistake does not pass.
+// another process's copy of the library by mistake does not pass. Ranks that
+// are threads of one process initialise it concurrently: call_once orders the
+// write before every reader in this process.
 volatile uint64_t gProbeWord = 0;
+std::once_flag gProbeOnce;
 
 void initProbe() {
-  if (gProbeWord == 0) gProbeWord = 0x74696465636d6100ULL ^ static_cast<uint64_t>(getpid());
+  std::call_once(gProbeOnce, [] {
+    gProbeWord = 0x74696465636d6100ULL ^ static_cast<uint64_t>(getpid());
+  });
 }
 
 #ifndef MADV_COLLAPSE
@@ -37,9 +42,15 @@ std::unordered_set<uintptr_t>* gHugeTried = nullptr;  // leaked on purpose: used
 
 }  // namespace
 
-void cmaPrepareSource(const void* buf, size_t bytes) {
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(buf) + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(buf) + bytes) & ~(kHugePage - 1);
+void cmaPrepareSource(const void* buf, size_t bytes, CmaHuge mode) {
+  if (mode == CmaHuge::kOff || bytes == 0) return;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(buf);
+  const uintptr_t last = first + bytes;
+  const bool enclosing = mode == CmaHuge::kEnclosing;
+  const uintptr_t begin =
+      enclosing ? first & ~(kHugePage - 1) : (first + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end =
+      enclosing ? (last + kHugePage - 1) & ~(kHugePage - 1) : last & ~(kHugePage - 1);
   if (end <= begin) return;
   std::lock_guard<std::mutex> lock(gHugeMu);
   if (gHugeTried == nullptr) gHugeTried = new std::unordered_set<uintptr_t>();

@@ -21,15 +21,25 @@ namespace tide::shm {
 // `peerRank` is for messages.
 Status cmaRead(int pid, uint64_t remote, void* local, size_t bytes, int peerRank);
 
+// How cmaPrepareSource backs a source range with huge pages.
+enum class CmaHuge {
+  kOff,        // leave the pages alone
+  kInterior,   // only the 2 MiB pages that lie wholly inside the range
+  kEnclosing,  // every 2 MiB page the range touches, its edges included
+};
+
 // Makes reads of [buf, buf + bytes) by peers fast: process_vm_readv pins
 // the source pages one by one, which costs 3-4x the copy itself on 4 KiB
-// pages and little on huge pages, so the 2 MiB-aligned interior of the range
-// is collapsed into transparent huge pages (madvise MADV_COLLAPSE; contents
-// and addresses unchanged, failures ignored). Each 2 MiB page is tried once
-// per process (remembered in a bounded table), so reusing a buffer costs a
-// lookup. Thread-safe. Blocks for the collapse (about one copy of the range)
-// the first time.
-void cmaPrepareSource(const void* buf, size_t bytes);
+// pages and little on huge pages, so the range's 2 MiB pages (see CmaHuge)
+// are collapsed into transparent huge pages (madvise MADV_COLLAPSE; contents
+// and addresses unchanged, failures ignored). kEnclosing also collapses the
+// parts of the edge pages outside the range (memory of this process the
+// caller did not name; its contents do not change, its resident size may
+// grow by up to 2 MiB per edge): a 1 MiB buffer has no 2 MiB page inside
+// it. Each 2 MiB page is tried once per process (remembered in a bounded
+// table), so reusing a buffer costs a lookup. Thread-safe. Blocks for the
+// collapse (about one copy of 2 MiB per page) the first time.
+void cmaPrepareSource(const void* buf, size_t bytes, CmaHuge mode);
 
 // Address and value of a word of this process that peers read at setup to
 // check that cross-memory attach works between them.

@@ -4,12 +4,11 @@
 // POSIX segment holding its Doorbell and its receive FIFOs, publishes the name
 // with allGather, maps the segments of its peers, and after everyone has
 // mapped (a second allGather, which doubles as the barrier) removes every
-// name, so nothing stays in /dev/shm, whoever dies when. Data: the sender copies pieces into the FIFO
-// in the receiver's segment and rings the receiver's doorbell; the receiver
-// copies (or reduces) out of the slots and rings the sender's doorbell to
-// report free space. Messages of at least TIDE_SHM_CMA_MIN bytes travel with
-// one copy instead (fifo.h, rendezvous): the sender posts a descriptor, the
-// receiver reads the bytes out of the sender's memory (process_vm_readv) and
+// name, so nothing stays in /dev/shm, whoever dies when. Data: the sender copies pieces into the
+// FIFO in the receiver's segment and rings the receiver's doorbell; the receiver copies (or
+// reduces) out of the slots and rings the sender's doorbell to report free space. Messages of at
+// least TIDE_SHM_CMA_MIN bytes travel with one copy instead (fifo.h, rendezvous): the sender posts
+// a descriptor, the receiver reads the bytes out of the sender's memory (process_vm_readv) and
 // acks; the send completes at the ack. Setup probes process_vm_readv between
 // every pair; a pair uses it only when both of its ranks could reach all
 // their peers with it (the two sides agree without another exchange).
@@ -102,7 +101,8 @@ class ShmConnection final : public Connection {
     int livePid = 0;      // process to probe when the peer stalls (0: never probe)
     int64_t checkNs = 0;  // stall before a probe
     size_t cmaMin = 0;    // smallest message sent with one copy (0: never)
-    const uint32_t* tagWord = nullptr;  // the channel's operation tag, or null
+    CmaHuge cmaHuge = CmaHuge::kEnclosing;  // huge-page backing of single-copy sources
+    const uint32_t* tagWord = nullptr;      // the channel's operation tag, or null
   };
   ShmConnection(int peerRank, const Options& o, std::shared_ptr<Mapping> own,
                 std::shared_ptr<Mapping> peer, FifoView send, FifoView recv)
@@ -111,6 +111,7 @@ class ShmConnection final : public Connection {
         pidFd_(o.livePid > 0 ? openPidFd(o.livePid) : -1),
         checkNs_(o.checkNs),
         cmaMin_(o.cmaMin),
+        cmaHuge_(o.cmaHuge),
         tagWord_(o.tagWord),
         myPid_(static_cast<int32_t>(getpid())),
         own_(std::move(own)),
@@ -139,7 +140,7 @@ class ShmConnection final : public Connection {
     SendOp op{static_cast<const char*>(buf), bytes, 0, seq};
     op.tag = tagWord_ != nullptr ? *tagWord_ : 0;
     if (cmaMin_ > 0 && bytes >= cmaMin_) {
-      cmaPrepareSource(buf, bytes);
+      cmaPrepareSource(buf, bytes, cmaHuge_);
       op.rendezvous = true;
       op.pid = myPid_;
       op.msgNum = sendsPosted_;
@@ -185,8 +186,8 @@ class ShmConnection final : public Connection {
       op.reduce = true;
       op.rr = *rr;
       if (cmaMin_ > 0 && bytes > 0) {
-        // The sender decides which path a message takes. Allocated once (queued receives keep pointers into it); an element
-        // larger than the buffer gets none and its receive fails.
+        // The sender decides which path a message takes. Allocated once (queued receives keep
+        // pointers into it); an element larger than the buffer gets none and its receive fails.
         if (bounce_.empty()) bounce_.resize(kBounceBytes);
         op.bounce = bounce_.data();
         op.bounceBytes = bounce_.size() / rr->elemSize * rr->elemSize;
@@ -261,9 +262,7 @@ class ShmConnection final : public Connection {
     updateSendsDone();
   }
   // Sends complete in order: all pushed ones before the oldest unacked.
-  void updateSendsDone() {
-    sendsDone_ = acks_.empty() ? sendsPushed_ : acks_.front() - 1;
-  }
+  void updateSendsDone() { sendsDone_ = acks_.empty() ? sendsPushed_ : acks_.front() - 1; }
 
   // Called on every idle progress(); reads the clock rarely and probes the
   // peer process at most once per kLivenessCheckNs of stall.
@@ -302,6 +301,7 @@ class ShmConnection final : public Connection {
   const int pidFd_;
   const int64_t checkNs_;
   const size_t cmaMin_;
+  const CmaHuge cmaHuge_;
   const uint32_t* const tagWord_;
   const int32_t myPid_;
   std::shared_ptr<Mapping> own_;   // holds my receive FIFOs
@@ -466,6 +466,9 @@ class ShmTransport final : public Transport {
     int64_t checkMs = knobInt(Knob::ShmLivenessMs);
     const int64_t checkNs = (checkMs < 1 ? 1 : checkMs) * 1000 * 1000;
     const size_t cmaMin = std::max<uint64_t>(knobSize(Knob::ShmCmaMin), 1);
+    const int64_t huge = knobInt(Knob::ShmCmaHuge);
+    const CmaHuge cmaHuge =
+        huge <= 0 ? CmaHuge::kOff : (huge == 1 ? CmaHuge::kInterior : CmaHuge::kEnclosing);
     const int myPid = static_cast<int>(getpid());
     out->clear();
     out->reserve(npeers * kNumChannels);
@@ -478,6 +481,7 @@ class ShmTransport final : public Transport {
       o.checkNs = checkNs;
       const bool cma = cmaAll && oks[static_cast<size_t>(peers[i])].cmaAll != 0;
       o.cmaMin = cma ? cmaMin : 0;
+      o.cmaHuge = cmaHuge;
       cmaPeers += cma ? 1 : 0;
       for (int c = 0; c < kNumChannels; ++c) {
         size_t idx = i * kNumChannels + c;

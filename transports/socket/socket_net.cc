@@ -32,6 +32,23 @@
 namespace tide {
 namespace socknet {
 
+// ThreadSanitizer cannot see ordering that passes through other processes: a
+// receive into a region this process sent from earlier (in-place ring steps)
+// is ordered after that send only because the peer needed the sent bytes to
+// produce the received ones. Under TSan, each completed sendmsg releases and
+// each recv acquires one process-wide sync address to state that ordering;
+// nothing in other builds.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+char gNetOrder;
+inline void netOrderRelease() { __tsan_release(&gNetOrder); }
+inline void netOrderAcquire() { __tsan_acquire(&gNetOrder); }
+#else
+inline void netOrderRelease() {}
+inline void netOrderAcquire() {}
+#endif
+
 constexpr uint32_t kStripeMagic = 0x534f4344;
 constexpr size_t kMaxRequests = 1024;  // per comm; more: "retry later"
 constexpr size_t kHdr = sizeof(SocketStripeHeader);
@@ -186,6 +203,7 @@ bool stepSend(Comm& c, DataSock& s, bool* moved) {
                  std::string("send failed: ") + strerror(errno));
       return false;
     }
+    netOrderRelease();
     *moved = true;
     s.done += static_cast<size_t>(r);
     if (s.done == kHdr + s.cur.len) {
@@ -202,6 +220,7 @@ bool stepSend(Comm& c, DataSock& s, bool* moved) {
 // stripe.
 bool readSome(Comm& c, DataSock& s, void* buf, size_t n, size_t* got) {
   for (;;) {
+    netOrderAcquire();
     ssize_t r = ::recv(s.fd, buf, n, MSG_DONTWAIT);
     if (r > 0) {
       *got = static_cast<size_t>(r);
@@ -351,8 +370,7 @@ tideResult_t makeComm(bool send, std::vector<int>& fds, Comm** out) {
     c->socks.push_back(std::move(s));
   }
   fds.clear();
-  int64_t threads = std::clamp<int64_t>(knobInt(Knob::SocketNthreads), 0, kMaxThreads);
-  c->nthreads = static_cast<int>(std::min<int64_t>(threads, c->socks.size()));
+  c->nthreads = std::min(socketThreads(), static_cast<int>(c->socks.size()));
   if (c->nthreads > 0) {
     c->doneFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (c->doneFd < 0) return fail(tideSystemError, "eventfd: %s", strerror(errno));
@@ -408,6 +426,29 @@ tideResult_t commError(Comm& c) {
   return fail(static_cast<tideResult_t>(c.err.load()), "%s", c.errMsg.c_str());
 }
 
+// Posts `r` (a new send or receive of `c`): under c.mu gives it the next
+// sequence number, registers it and runs queue() to hand it to the sockets;
+// then wakes the helper threads and progresses inline (a socket stalled on
+// this message resumes right here). Sets *request. With kMaxRequests live
+// requests already, frees r and leaves *request null: "retry later".
+template <typename Queue>
+tideResult_t postRequest(Comm& c, Request* r, void** request, Queue queue) {
+  {
+    std::lock_guard<std::mutex> g(c.mu);
+    if (c.live.size() >= kMaxRequests) {
+      delete r;
+      return tideSuccess;
+    }
+    r->seq = c.nextSeq++;
+    c.live.insert(r);
+    queue();
+  }
+  if (c.nthreads > 0) wakeHelpers(c);
+  progressInline(c);
+  *request = r;
+  return tideSuccess;
+}
+
 tideResult_t netIsend(void* sendComm, const void* data, size_t size, int tag, void*,
                       void** request) {
   auto* c = static_cast<Comm*>(sendComm);
@@ -423,25 +464,14 @@ tideResult_t netIsend(void* sendComm, const void* data, size_t size, int tag, vo
   r->size = size;
   uint64_t per = 0;
   socketStripes(size, static_cast<int>(c->socks.size()), &r->nstripes, &per);
-  {
-    std::lock_guard<std::mutex> g(c->mu);
-    if (c->live.size() >= kMaxRequests) {
-      delete r;
-      return tideSuccess;
-    }
-    r->seq = c->nextSeq++;
-    c->live.insert(r);
+  return postRequest(*c, r, request, [&] {
     for (int i = 0; i < r->nstripes; ++i) {
       uint64_t off = per * i;
       uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(per, size - off));
       c->socks[(c->rotate + i) % c->socks.size()].queue.push_back(Stripe{r, off, len});
     }
     c->rotate += r->nstripes;
-  }
-  if (c->nthreads > 0) wakeHelpers(*c);
-  progressInline(*c);
-  *request = r;
-  return tideSuccess;
+  });
 }
 
 tideResult_t netIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
@@ -458,21 +488,7 @@ tideResult_t netIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
   r->tag = tags[0];
   r->buf = static_cast<uint8_t*>(data[0]);
   r->size = sizes[0];
-  {
-    std::lock_guard<std::mutex> g(c->mu);
-    if (c->live.size() >= kMaxRequests) {
-      delete r;
-      return tideSuccess;
-    }
-    r->seq = c->nextSeq++;
-    c->live.insert(r);
-    c->posted[r->seq] = r;
-  }
-  if (c->nthreads > 0) wakeHelpers(*c);
-  // A socket stalled on this message resumes (inline: right here).
-  progressInline(*c);
-  *request = r;
-  return tideSuccess;
+  return postRequest(*c, r, request, [&] { c->posted[r->seq] = r; });
 }
 
 tideResult_t netTest(void* request, int* done, size_t* sizes) {

@@ -75,12 +75,18 @@ struct ConnectState {
 };
 
 int configuredSocks() {
-  int64_t t = std::clamp<int64_t>(knobInt(Knob::SocketNthreads), 0, kMaxThreads);
+  int64_t t = socketThreads();
   int64_t p = std::clamp<int64_t>(knobInt(Knob::NsocksPerthread), 1, kMaxSocks);
   return static_cast<int>(std::clamp<int64_t>(t == 0 ? p : t * p, 1, kMaxSocks));
 }
 
 }  // namespace
+
+int socketThreads() {
+  const int64_t t = knobInt(Knob::SocketNthreads);
+  if (t >= 0) return static_cast<int>(std::min<int64_t>(t, kMaxThreads));
+  return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 1 : 0;
+}
 
 tideResult_t netInit(tideNetLogger_t) {
   std::call_once(gInitOnce, [] {
