@@ -1,13 +1,13 @@
 // Communicator creation, split and teardown.
 #include "core/comm.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
+#include "core/affinity.h"
 #include "core/config.h"
 #include "core/enqueue.h"
 #include "core/log.h"
@@ -153,9 +153,8 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
   // Waiting: poll (yielding) longer when every local rank has a CPU.
   int local = 0;
   for (const PeerInfo& p : comm->peers) local += (p.hostHash == me.hostHash);
-  cpu_set_t cpus;
-  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  bool oversubscribed = local > ncpu;
+  bool oversubscribed = local > allowedCpus();
+  pinToLocalCpu(comm->peers, rank);
   if (comm->wait.spinUs < 0) comm->wait.spinUs = 20;
   if (comm->wait.yieldUs < 0) comm->wait.yieldUs = oversubscribed ? 500 : 2000;
 
