@@ -27,16 +27,27 @@ print(" ".join(sorted(t for t in out if not t.startswith(".."))))
 PY
 }
 
+# SANITIZED_MESON_ARGS: extra meson options for the tree (word-split). Unset:
+# for ASan, -O1 and -g1 (line tables: enough for symbolized stacks; both
+# compile faster than debugoptimized's -O2 -g); other sanitizers keep the
+# meson defaults (debugoptimized) unless the caller sets it.
 sanitized_build() {  # dir sanitizers [suite...]
-  local dir=$1 san=$2 ucx=auto
+  local dir=$1 san=$2 ucx=auto extra
   shift 2
   # libucm (UCX) hooks madvise and crashes TSan at thread exit: no UCX there.
   [ "$san" = thread ] && ucx=disabled
+  extra=${SANITIZED_MESON_ARGS-}
+  if [ -z "${SANITIZED_MESON_ARGS+set}" ] && [[ $san == address* ]]; then
+    extra="-Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1"
+  fi
   if [ -d "$dir" ]; then
-    meson setup --reconfigure "$dir" -Db_sanitize="$san" -Db_lundef=false -Ducx="$ucx" >/dev/null
+    # shellcheck disable=SC2086
+    meson setup --reconfigure "$dir" -Db_sanitize="$san" -Db_lundef=false -Ducx="$ucx" \
+      $extra >/dev/null
   else
+    # shellcheck disable=SC2086
     meson setup "$dir" -Db_sanitize="$san" -Db_lundef=false -Dbuildtype=debugoptimized \
-      -Dmpi=disabled -Dcuda=disabled -Ducx="$ucx" >/dev/null
+      -Dmpi=disabled -Dcuda=disabled -Ducx="$ucx" $extra >/dev/null
   fi
   local t0
   t0=$(date +%s)

@@ -474,13 +474,15 @@ Task runHier(ExecCtx& ctx) {
 // ---- Cost model -----------------------------------------------------------------------------
 
 // Every rank sends to its successor in its node (intra) or to its
-// same-local-rank peer on the next node (inter), all at once.
+// same-local-rank peer on the next node (inter), all at once. With unequal
+// nodes, a rank whose local rank the next node lacks has no inter peer.
 void ringPairs(const CommTopo& t, bool inter, std::vector<int>* from, std::vector<int>* to) {
   const int nn = static_cast<int>(t.nodeRanks.size());
   for (int i = 0; i < nn; ++i) {
     const auto& nr = t.nodeRanks[i];
     const int k = static_cast<int>(nr.size());
     for (int j = 0; j < k; ++j) {
+      if (inter && j >= static_cast<int>(t.nodeRanks[(i + 1) % nn].size())) continue;
       from->push_back(nr[j]);
       to->push_back(inter ? t.nodeRanks[(i + 1) % nn][j] : nr[(j + 1) % k]);
     }

@@ -2,7 +2,9 @@
 # GPU checks of issue 6 in one run (meant for a lent GPU machine, < 5 min):
 #   1. build Tide with CUDA (hwloc/UCX/verbs/MPI/PMIx off; tests only if gtest is there)
 #   2. the `gpu` suite: device kernels vs the host reference, every dtype x op,
-#      plus kernel bandwidth against a device-to-device copy
+#      plus kernel bandwidth against a device-to-device copy; the device
+#      All-Reduce engine (one-shot / two-shot, peer-mapped scratch) at 1, 2, 4
+#      ranks on GPU 0 as threads and as processes, with its bandwidth
 #   3. the perf tools (*_perf) at 1, 2 and 4 ranks (processes) from 8 B to 1 GiB
 #      on host buffers, and the NCCL shim on device buffers (every collective x
 #      datatype at 1, 2, 4 ranks on the one GPU, as threads and as processes)
@@ -111,6 +113,40 @@ if [ -x "$kt" ]; then
     awk -v r="$ratio" 'BEGIN{exit !(r < 0.9)}' && verdict=LOW
     row "  $name $dt (>= 0.90 of copy)" "$verdict" "$bw GB/s, copy $copy GB/s, ratio $ratio"
   done < <(grep '^reduce sum' <<<"$out" | sed 's/^reduce sum/reduce_sum/')
+fi
+
+# ---- 2b. Device All-Reduce engine (one-shot / two-shot over peer-mapped scratch) ----
+step "device all-reduce engine"
+dct="$build/tests/gpu/device_coll_test"
+if [ ! -x "$dct" ]; then
+  # tests/ is not configured without gtest: build the plain-main test by hand.
+  dct="$build/device_coll_test"
+  c++ -std=c++20 -O2 -D_GNU_SOURCE -DTIDE_TEST_CUDA_KERNELS=1 -I"$root/include" -I"$root/src" \
+    -I"$root" -I"$build" -I"$build/src" "$root/tests/gpu/test_device_coll.cc" \
+    -Wl,--whole-archive "$build/libtide_core.a" -Wl,--no-whole-archive -lpthread -ldl -lrt \
+    -o "$dct" >>"$log" 2>&1 || row "device all-reduce test" "FAILED" "does not compile"
+fi
+if [ -x "$dct" ]; then
+  dcmax=""
+  [ "${QUICK:-0}" = 1 ] && dcmax=$((8 << 20))
+  for mode in threads procs; do
+    for n in 1 2 4; do
+      step "device_coll_test $mode $n"
+      out=$(timeout 120 "$dct" "$mode" "$n" $dcmax 2>&1); rc=$?
+      echo "$out" >>"$log"
+      case $rc in
+        0) res=ok ;; 77) res=skip ;; 124) res=TIMEOUT ;; *) res=FAILED ;;
+      esac
+      row "  device AR, $n ranks as $mode" "$res" "$(tail -1 <<<"$out" | cut -c1-90), rc $rc"
+      # Largest size measured: two-shot bus bandwidth and its share of the
+      # bound set by the bytes the GPU's memory must move (test prints it).
+      big=$(grep -E '^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+' <<<"$out" | tail -1)
+      if [ -n "$big" ] && [ "$n" != 1 ]; then
+        read -r b t1 bw1 t2 bw2 cp e1 e2 <<<"$big"
+        row "    $b B: busbw 1shot/2shot" "info" "$bw1 / $bw2 GB/s, d2d copy $cp GB/s, of bound ${e1:-?} / ${e2:-?}"
+      fi
+    done
+  done
 fi
 
 # ---- 3. Perf tools -------------------------------------------------------------

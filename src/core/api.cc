@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/comm.h"
@@ -342,9 +343,25 @@ TIDE_API tideResult_t tideStreamDestroy(tideStream_t stream) {
 
 // ---- Collectives and point to point ------------------------------------------------------
 
-#define TIDE_ISSUE(fn, type, sb, rb, cnt, dt, op, root)                                    \
-  commCall(fn, comm, [&] {                                                                  \
-    return tide::issueOp(comm, stream, tide::CollType::type, sb, rb, cnt, dt, op, root);   \
+// A C caller may pass any int as a datatype or op; in C++ loading a value
+// outside an enum's range as the enum is undefined (UBSan reports it), so the
+// argument's storage is read as an int and issueOp validates it.
+template <class E>
+int enumArg(const E& e) {
+  if constexpr (std::is_enum_v<E>) {
+    static_assert(sizeof(E) == sizeof(int));
+    int v;
+    std::memcpy(&v, &e, sizeof(v));
+    return v;
+  } else {
+    return static_cast<int>(e);
+  }
+}
+
+#define TIDE_ISSUE(fn, type, sb, rb, cnt, dt, op, root)                                      \
+  commCall(fn, comm, [&] {                                                                    \
+    return tide::issueOp(comm, stream, tide::CollType::type, sb, rb, cnt, enumArg(dt),       \
+                         enumArg(op), root);                                                  \
   })
 
 TIDE_API tideResult_t tideAllReduce(const void* sendbuff, void* recvbuff, size_t count,

@@ -69,6 +69,20 @@ bool resolveAll(void* lib, DriverApi* a, std::string* missing) {
   need(resolve(lib, &a->cuModuleGetFunction, "cuModuleGetFunction"), "cuModuleGetFunction");
   need(resolve(lib, &a->cuLaunchKernel, "cuLaunchKernel"), "cuLaunchKernel");
   need(resolve(lib, &a->cuStreamQuery, "cuStreamQuery"), "cuStreamQuery");
+  need(resolve(lib, &a->cuStreamCreate, "cuStreamCreate"), "cuStreamCreate");
+  need(resolve(lib, &a->cuStreamDestroy, "cuStreamDestroy", "cuStreamDestroy_v2"),
+       "cuStreamDestroy");
+  need(resolve(lib, &a->cuCtxSynchronize, "cuCtxSynchronize"), "cuCtxSynchronize");
+  need(resolve(lib, &a->cuMemHostAlloc, "cuMemHostAlloc"), "cuMemHostAlloc");
+  need(resolve(lib, &a->cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer",
+               "cuMemHostGetDevicePointer_v2"),
+       "cuMemHostGetDevicePointer");
+  need(resolve(lib, &a->cuMemFreeHost, "cuMemFreeHost"), "cuMemFreeHost");
+  need(resolve(lib, &a->cuIpcGetMemHandle, "cuIpcGetMemHandle"), "cuIpcGetMemHandle");
+  need(resolve(lib, &a->cuIpcOpenMemHandle, "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"),
+       "cuIpcOpenMemHandle");
+  need(resolve(lib, &a->cuIpcCloseMemHandle, "cuIpcCloseMemHandle"), "cuIpcCloseMemHandle");
+  need(resolve(lib, &a->cuModuleUnload, "cuModuleUnload"), "cuModuleUnload");
   return ok;
 }
 

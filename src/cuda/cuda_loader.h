@@ -45,6 +45,10 @@ using CuModule = void*;
 using CuFunction = void*;
 using CuStream = void*;
 using CuDevPtr = unsigned long long;
+// CUipcMemHandle: 64 opaque bytes, passed by value.
+struct CuIpcMemHandle {
+  char reserved[64];
+};
 
 // The subset of the driver API Tide uses; CUresult is an int (0 = success).
 struct DriverApi {
@@ -69,6 +73,17 @@ struct DriverApi {
                         unsigned by, unsigned bz, unsigned sharedBytes, CuStream stream,
                         void** params, void** extra);
   int (*cuStreamQuery)(CuStream stream);
+  // Device All-Reduce engine (device_coll.cc) and its GPU tests.
+  int (*cuStreamCreate)(CuStream* stream, unsigned int flags);
+  int (*cuStreamDestroy)(CuStream stream);  // cuStreamDestroy_v2
+  int (*cuCtxSynchronize)();
+  int (*cuMemHostAlloc)(void** ptr, size_t bytes, unsigned int flags);
+  int (*cuMemHostGetDevicePointer)(CuDevPtr* dptr, void* host, unsigned int flags);  // _v2
+  int (*cuMemFreeHost)(void* ptr);
+  int (*cuIpcGetMemHandle)(CuIpcMemHandle* handle, CuDevPtr ptr);
+  int (*cuIpcOpenMemHandle)(CuDevPtr* ptr, CuIpcMemHandle handle, unsigned int flags);  // _v2
+  int (*cuIpcCloseMemHandle)(CuDevPtr ptr);
+  int (*cuModuleUnload)(CuModule module);
 };
 
 // Null unless probeGpu() says kUsable.
@@ -83,6 +98,10 @@ inline constexpr int kCudaErrorNotReady = 600;
 inline constexpr int kPointerAttrMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 inline constexpr int kMemoryTypeDevice = 2;       // CU_MEMORYTYPE_DEVICE
 inline constexpr int kAttrMultiprocessorCount = 16;
+inline constexpr unsigned kStreamNonBlocking = 1;        // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kMemHostAllocPortable = 1;     // CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned kMemHostAllocDeviceMap = 2;    // CU_MEMHOSTALLOC_DEVICEMAP
+inline constexpr unsigned kIpcLazyEnablePeerAccess = 1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 
 // True when `ptr` is device memory (cudaMalloc / cuMemAlloc / VMM) of any
 // context. False for host memory, unknown pointers and when no GPU is usable.

@@ -17,43 +17,14 @@
 #include "core/registry.h"
 #include "core/types.h"
 #include "cuda/cuda_loader.h"
+#include "nan_elem.h"
 #if TIDE_TEST_CUDA_KERNELS
 #include "cuda/cuda_kernels.h"
 
 namespace {
 
 using tide::cuda::CuDevPtr;
-
-bool isNan(const uint8_t* p, tideDataType_t t) {
-  switch (t) {
-    case tideFloat16: {
-      uint16_t h;
-      memcpy(&h, p, 2);
-      return (h & 0x7fff) > 0x7c00;
-    }
-    case tideBfloat16: {
-      uint16_t b;
-      memcpy(&b, p, 2);
-      return (b & 0x7fff) > 0x7f80;
-    }
-    case tideFloat32: {
-      float f;
-      memcpy(&f, p, 4);
-      return std::isnan(f);
-    }
-    case tideFloat64: {
-      double d;
-      memcpy(&d, p, 8);
-      return std::isnan(d);
-    }
-    case tideFloat8e4m3:
-      return (*p & 0x7f) == 0x7f;
-    case tideFloat8e5m2:
-      return (*p & 0x7f) > 0x7c;
-    default:
-      return false;
-  }
-}
+using tide_test::isNan;
 
 // Index of the first element that differs, or -1.
 long firstMismatch(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t n,

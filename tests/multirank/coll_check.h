@@ -44,12 +44,17 @@ inline constexpr size_t kSmallLimit = 4097;
 // Bytes per rank of a "large" case in reduced mode (1 MiB otherwise).
 inline constexpr size_t kReducedLargeBytes = size_t{256} << 10;
 
-// True when TIDE_TEST_REDUCED=1: multi-rank tests run a reduced matrix (fewer
-// large sizes and repetitions; see ExpandSpec), for slow sanitized builds.
-inline bool ReducedMode() {
+// TIDE_TEST_REDUCED: 1 for a reduced matrix (fewer large sizes and
+// repetitions; see ExpandSpec), for slow sanitized builds; 2 for the reduced
+// matrix with types and ops thinned as well (ThreadSanitizer, whose cost is
+// per memory access and whose findings do not depend on type or op); 0
+// (unset or anything else) for the full matrix.
+inline int ReducedLevel() {
   const char* v = getenv("TIDE_TEST_REDUCED");
-  return v != nullptr && v[0] == '1' && v[1] == '\0';
+  if (v == nullptr || v[0] == '\0' || v[1] != '\0') return 0;
+  return v[0] == '1' ? 1 : v[0] == '2' ? 2 : 0;
 }
+inline bool ReducedMode() { return ReducedLevel() >= 1; }
 
 struct CaseSpec {
   Coll coll = Coll::kAllReduce;
@@ -105,7 +110,10 @@ tideResult_t IssueCollective(const CaseSpec& s, const CaseEnv& e, const void* se
 // counts 0, 1, 7 and 4097 still runs; roots=all becomes roots=ends (first and
 // last rank); "large" becomes kReducedLargeBytes / element size + 3 elements
 // (still more than one pipeline chunk and FIFO slot) for every second dtype
-// of the spec's list.
+// of the spec's list. Level 2 also thins the dtype x op product of reducing
+// collectives: with m = min(#dtypes, #ops), the i-th dtype of the spec runs
+// the ops whose index j has j % m == i % m, so every dtype and every op still
+// runs (all 12 dtypes x 5 ops: one op per dtype, each op on 2-3 dtypes).
 bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out, std::string* err);
 
 const char* CollName(Coll c);

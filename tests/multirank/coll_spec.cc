@@ -1,4 +1,5 @@
 // Names of collectives, types and ops, and expansion of case spec strings.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -157,6 +158,7 @@ bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
   if (counts.empty()) counts = {0, 1, 7, 4097};
 
   const bool reduced = ReducedMode();
+  const bool thin = ReducedLevel() >= 2;
   if (reduced && roots == "all") roots = "ends";
   const size_t large_bytes = reduced ? kReducedLargeBytes : size_t{1} << 20;
   for (int ci : colls) {
@@ -164,6 +166,14 @@ bool ExpandSpec(const std::string& spec, int nranks, std::vector<CaseSpec>* out,
     for (size_t di = 0; di < dtypes.size(); ++di) {
       const auto dtype = static_cast<tideDataType_t>(dtypes[di]);
       std::vector<int> op_list = IsReducing(coll) ? ops : std::vector<int>{tideSum};
+      if (thin && op_list.size() > 1) {
+        const size_t m = std::min(dtypes.size(), op_list.size());
+        std::vector<int> kept;
+        for (size_t oi = 0; oi < op_list.size(); ++oi) {
+          if (oi % m == di % m) kept.push_back(op_list[oi]);
+        }
+        op_list = kept;
+      }
       for (int op : op_list) {
         for (size_t count_spec : counts) {
           if (count_spec == kLargeCount && reduced && di % 2 != 0) continue;

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     spec_end.push_back(cases.size());
   }
   if (rank == 0 && !quiet && ReducedMode())
-    printf("rank 0: reduced matrix (TIDE_TEST_REDUCED=1)\n");
+    printf("rank 0: reduced matrix (TIDE_TEST_REDUCED=%d)\n", ReducedLevel());
   bool need_stream = false;
   for (const auto& c : cases) need_stream = need_stream || c.use_stream;
   tideStream_t stream = nullptr;

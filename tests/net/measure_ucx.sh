@@ -7,6 +7,8 @@
 #                                       tests/multinode/cluster.sh, prefix "ux");
 #                                       ucx with UCX_TLS=tcp
 # Extra all_reduce_perf options: ARGS="-b 1M -e 64M -f 4 -w 2 -n 10" (default).
+# TIDE_UCX_* and UCX_* variables in the environment reach the ucx runs (A/B of
+# knobs, e.g. TIDE_UCX_NSTREAMS=4 or TIDE_UCX_TCP_RNDV_THRESH=0).
 set -u
 build=$1 mode=$2 reps=${3:-3}
 here=$(dirname "$(readlink -f "$0")")
@@ -34,10 +36,12 @@ run() {  # net rep
   fi 2>&1 | awk '/^ +[0-9]+ +[0-9]+ /{ print $1, $8 }' >"$tmp/$1.$2"
 }
 
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < reps; r++)); do
   run socket "$r"
   run ucx "$r"
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$tmp" "$reps" <<'PY'
 import statistics, sys
 d, reps = sys.argv[1], int(sys.argv[2])

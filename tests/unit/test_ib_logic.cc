@@ -231,7 +231,10 @@ TEST(IbProtocol, LoopbackManyMessagesRandomQpInterleaving) {
       std::vector<IbWr> wrs;
       ASSERT_TRUE(planStripes(src[sent].size(), kQps, 64 << 10, &wrs).ok());
       for (const IbWr& w : wrs) {
-        memcpy(reinterpret_cast<uint8_t*>(e.addr) + w.offset, src[sent].data() + w.offset, w.len);
+        // An empty message has a null data(): memcpy's arguments must not be null.
+        if (w.len != 0) {
+          memcpy(reinterpret_cast<uint8_t*>(e.addr) + w.offset, src[sent].data() + w.offset, w.len);
+        }
         if (w.withImm) {
           wire[w.qp].push_back({static_cast<uint64_t>(sent), w.imm});
           sendCqe[w.qp].push_back(sent);
@@ -248,7 +251,9 @@ TEST(IbProtocol, LoopbackManyMessagesRandomQpInterleaving) {
       uint64_t bytes;
       while (imms.popComplete(&bytes)) {
         ASSERT_EQ(bytes, src[received].size()) << "message " << received;
-        ASSERT_EQ(memcmp(dst[received].data(), src[received].data(), bytes), 0);
+        if (bytes != 0) {  // an empty vector's data() is null: no memcmp
+          ASSERT_EQ(memcmp(dst[received].data(), src[received].data(), bytes), 0);
+        }
         ASSERT_EQ(dst[received][bytes], 0xEE) << "no write past the message";
         prod.complete();
         ++received;

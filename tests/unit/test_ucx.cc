@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "transports/ucx/ucx_internal.h"
 #include "transports/ucx/ucx_net.h"
 
 namespace tide {
@@ -333,12 +334,97 @@ int scenarioStrayConnector() {
   return 0;
 }
 
+// Striping over 4 endpoints with a 64 KiB unit (TIDE_UCX_NSTREAMS,
+// TIDE_UCX_STRIPE_UNIT; explicit values apply over sm too): sizes around
+// the piece boundaries, receives larger than the message (pieces the sender
+// did not use are cancelled), grouped receives, and the two ways a message
+// larger than its receive fails (a truncated piece; more pieces than posted).
+int scenarioStriping() {
+  setenv("TIDE_UCX_NSTREAMS", "4", 1);
+  setenv("TIDE_UCX_STRIPE_UNIT", "65536", 1);
+  if (int rc = init()) return rc;
+  void *s, *r, *l;
+  if (int rc = makePair(&s, &r, &l)) return rc;
+  CHECK(static_cast<UcxComm*>(s)->nstreams == 4 && static_cast<UcxComm*>(r)->nstreams == 4);
+  CHECK(static_cast<UcxComm*>(s)->unit == 65536 && static_cast<UcxComm*>(r)->unit == 65536);
+  constexpr size_t U = 65536;
+  const size_t sizes[] = {0,         1,     U - 1,     U,          U + 1,   2 * U,
+                          3 * U + 5, 4 * U, 4 * U + 1, 10 * U + 3, 17 << 20};
+  const size_t slack[] = {0, 1, U, 5 * U};
+  uint32_t t = 0;
+  for (size_t n : sizes) {
+    for (size_t extra : slack) {
+      ++t;
+      std::vector<uint8_t> a(n + 1), b(n + extra + 1, 0xee);
+      fill(a.data(), n, t);
+      void* bufs[1] = {b.data()};
+      size_t rsz[1] = {n + extra};
+      int tags[1] = {7};
+      void *rr = nullptr, *sr = nullptr;
+      CHECK_OK(net.irecv(r, 1, bufs, rsz, tags, nullptr, &rr));
+      CHECK_OK(net.isend(s, a.data(), n, 7, nullptr, &sr));
+      size_t got = 12345;
+      CHECK_OK(waitBoth(sr, nullptr, rr, &got));
+      if (got != n) fprintf(stderr, "size %zu + %zu: got %zu\n", n, extra, got);
+      CHECK(got == n);
+      CHECK(check(b.data(), n, t));
+      CHECK(b[n + extra] == 0xee);
+    }
+  }
+  // Grouped receive of 3 striped messages of different sizes, sends first.
+  std::vector<std::vector<uint8_t>> src = {std::vector<uint8_t>(5 * U + 3),
+                                           std::vector<uint8_t>(100), std::vector<uint8_t>(2 * U)};
+  std::vector<std::vector<uint8_t>> dst(3);
+  void* sq[3];
+  for (int i = 0; i < 3; ++i) {
+    fill(src[i].data(), src[i].size(), 100 + i);
+    dst[i].assign(src[i].size() + U, 0);
+    CHECK_OK(net.isend(s, src[i].data(), src[i].size(), 8, nullptr, &sq[i]));
+  }
+  void* bufs3[3] = {dst[0].data(), dst[1].data(), dst[2].data()};
+  size_t szs3[3] = {dst[0].size(), dst[1].size(), dst[2].size()};
+  int tags3[3] = {8, 8, 8};
+  void* rq = nullptr;
+  CHECK_OK(net.irecv(r, 3, bufs3, szs3, tags3, nullptr, &rq));
+  size_t got3[3] = {};
+  CHECK_OK(waitBoth(rq, got3, sq[0], nullptr));
+  for (int i = 0; i < 3; ++i) {
+    CHECK(got3[i] == src[i].size() && check(dst[i].data(), got3[i], 100 + i));
+    if (i > 0) CHECK_OK(waitReq(sq[i], nullptr));
+  }
+  // More pieces than the receive posted: 2U + 1 bytes into a 2U receive.
+  std::vector<uint8_t> big(2 * U + 1), small(2 * U);
+  void* bufs[1] = {small.data()};
+  size_t szs[1] = {small.size()};
+  int tags[1] = {1};
+  void *q = nullptr, *rq2 = nullptr;
+  CHECK_OK(net.isend(s, big.data(), big.size(), 1, nullptr, &q));
+  CHECK_OK(net.irecv(r, 1, bufs, szs, tags, nullptr, &rq2));
+  CHECK(waitBoth(rq2, nullptr, q, nullptr, 30) == tideInvalidUsage);
+  CHECK_OK(net.closeSend(s));
+  CHECK_OK(net.closeRecv(r));
+  CHECK_OK(net.closeListen(l));
+  // A truncated piece: 4U + 7 bytes into a 4U + 3 receive (both 4 pieces).
+  if (int rc = makePair(&s, &r, &l)) return rc;
+  std::vector<uint8_t> big2(4 * U + 7), small2(4 * U + 3);
+  bufs[0] = small2.data();
+  szs[0] = small2.size();
+  CHECK_OK(net.isend(s, big2.data(), big2.size(), 1, nullptr, &q));
+  CHECK_OK(net.irecv(r, 1, bufs, szs, tags, nullptr, &rq2));
+  CHECK(waitBoth(rq2, nullptr, q, nullptr, 30) == tideInvalidUsage);
+  CHECK_OK(net.closeSend(s));
+  CHECK_OK(net.closeRecv(r));
+  CHECK_OK(net.closeListen(l));
+  return 0;
+}
+
 class UcxNet : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(UcxNet, Streams) { EXPECT_EQ(inChild(GetParam(), scenarioStreams), 0); }
 TEST_P(UcxNet, PollFdAndPeerDeath) {
   EXPECT_EQ(inChild(GetParam(), scenarioPollFdAndPeerDeath), 0);
 }
+TEST_P(UcxNet, Striping) { EXPECT_EQ(inChild(GetParam(), scenarioStriping), 0); }
 TEST_P(UcxNet, StrayConnector) { EXPECT_EQ(inChild(GetParam(), scenarioStrayConnector), 0); }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxNet, ::testing::Values("tcp", "sm,self"), [](const auto& info) {

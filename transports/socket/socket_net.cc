@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -35,18 +36,40 @@ namespace socknet {
 // ThreadSanitizer cannot see ordering that passes through other processes: a
 // receive into a region this process sent from earlier (in-place ring steps)
 // is ordered after that send only because the peer needed the sent bytes to
-// produce the received ones. Under TSan, each completed sendmsg releases and
-// each recv acquires one process-wide sync address to state that ordering;
-// nothing in other builds.
+// produce the received ones. Under TSan, every send releases and every
+// receive that got bytes acquires one process-wide sync address to state
+// that ordering; nothing in other builds. The release must precede the
+// bytes leaving and the acquire must follow their arrival, while TSan's own
+// sendmsg/recv interceptors record the buffer access only after the system
+// call, too late (a preempted sender released after a fast peer's reply was
+// already received: false races on in-place buffers). So TSan builds issue
+// the two calls as raw system calls and record the accesses themselves.
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
+extern "C" void __tsan_read_range(void* addr, unsigned long size);
+extern "C" void __tsan_write_range(void* addr, unsigned long size);
 char gNetOrder;
-inline void netOrderRelease() { __tsan_release(&gNetOrder); }
-inline void netOrderAcquire() { __tsan_acquire(&gNetOrder); }
+ssize_t sendData(int fd, const msghdr* m, int flags) {
+  for (size_t i = 0; i < m->msg_iovlen; ++i) {
+    __tsan_read_range(m->msg_iov[i].iov_base, m->msg_iov[i].iov_len);
+  }
+  __tsan_release(&gNetOrder);
+  return syscall(SYS_sendmsg, fd, m, flags);
+}
+ssize_t recvData(int fd, void* buf, size_t n, int flags) {
+  ssize_t r = syscall(SYS_recvfrom, fd, buf, n, flags, nullptr, nullptr);
+  if (r > 0) {
+    __tsan_acquire(&gNetOrder);
+    __tsan_write_range(buf, static_cast<unsigned long>(r));
+  }
+  return r;
+}
 #else
-inline void netOrderRelease() {}
-inline void netOrderAcquire() {}
+inline ssize_t sendData(int fd, const msghdr* m, int flags) { return ::sendmsg(fd, m, flags); }
+inline ssize_t recvData(int fd, void* buf, size_t n, int flags) {
+  return ::recv(fd, buf, n, flags);
+}
 #endif
 
 constexpr uint32_t kStripeMagic = 0x534f4344;
@@ -194,7 +217,7 @@ bool stepSend(Comm& c, DataSock& s, bool* moved) {
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = n;
-    ssize_t r = ::sendmsg(s.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t r = sendData(s.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
@@ -203,7 +226,6 @@ bool stepSend(Comm& c, DataSock& s, bool* moved) {
                  std::string("send failed: ") + strerror(errno));
       return false;
     }
-    netOrderRelease();
     *moved = true;
     s.done += static_cast<size_t>(r);
     if (s.done == kHdr + s.cur.len) {
@@ -220,8 +242,7 @@ bool stepSend(Comm& c, DataSock& s, bool* moved) {
 // stripe.
 bool readSome(Comm& c, DataSock& s, void* buf, size_t n, size_t* got) {
   for (;;) {
-    netOrderAcquire();
-    ssize_t r = ::recv(s.fd, buf, n, MSG_DONTWAIT);
+    ssize_t r = recvData(s.fd, buf, n, MSG_DONTWAIT);
     if (r > 0) {
       *got = static_cast<size_t>(r);
       return true;

@@ -23,9 +23,24 @@ namespace {
 // (sweepClosing) and destroyed when its close completes.
 struct Closing {
   ucp_worker_h worker;
-  void* req;  // the ep close request
+  std::vector<void*> reqs;  // the endpoints' close requests still under way
   std::chrono::steady_clock::time_point since;
 };
+
+// Frees the finished requests of `reqs`; true when none is left.
+bool reapCloses(std::vector<void*>* reqs) {
+  for (size_t i = 0; i < reqs->size();) {
+    if (ucp_request_check_status((*reqs)[i]) == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    ucp_request_free((*reqs)[i]);
+    (*reqs)[i] = reqs->back();
+    reqs->pop_back();
+  }
+  return reqs->empty();
+}
+
 std::mutex gClosingMu;
 std::vector<Closing>* gClosing = new std::vector<Closing>;  // never destroyed (see Global)
 std::atomic<int> gClosingCount{0};  // gClosing->size(), read without the lock
@@ -47,12 +62,12 @@ void sweepClosing() {
     Closing& k = (*gClosing)[i];
     for (int j = 0; j < 64 && ucp_worker_progress(k.worker) != 0; ++j) {
     }
-    bool finished = ucp_request_check_status(k.req) != UCS_INPROGRESS;
+    bool finished = reapCloses(&k.reqs);
     if (!finished && now - k.since < kCloseGiveUp) {
       ++i;
       continue;
     }
-    ucp_request_free(k.req);
+    for (void* req : k.reqs) ucp_request_free(req);
     if (finished) {
       ucp_worker_destroy(k.worker);
     } else {
@@ -71,55 +86,61 @@ void sweepClosing() {
 // outstanding sends with an error; receives are cancelled.
 void destroyComm(UcxComm* c) {
   sweepClosing();
-  bool busy = !c->live.empty() || c->helloSend || c->helloRecv || c->flushReq;
-  if (c->helloRecv) ucp_request_cancel(c->worker, c->helloRecv);
+  bool busy = !c->live.empty() || c->flushReq;
+  for (int i = 0; i < kMaxStreams; ++i) {
+    busy = busy || c->helloSend[i] || c->helloRecv[i];
+    if (c->helloRecv[i]) ucp_request_cancel(c->worker, c->helloRecv[i]);
+  }
   for (UcxRequest* r : c->live) {
     for (int i = 0; i < r->n; ++i) {
-      if (r->ucx[i] && !r->isSend) ucp_request_cancel(c->worker, r->ucx[i]);
+      for (int k = 0; k < kMaxStreams; ++k) {
+        if (r->ucx[i][k] && !r->isSend) ucp_request_cancel(c->worker, r->ucx[i][k]);
+      }
     }
   }
   bool leak = false;
-  void* parkReq = nullptr;
-  if (c->ep) {
-    bool force = busy || c->err != tideSuccess || c->peerGone;
+  std::vector<void*> reqs;
+  bool force = busy || c->err != tideSuccess || c->peerGone;
+  for (ucp_ep_h ep : c->eps) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t req = ucp_ep_close_nbx(c->ep, &p);
-    if (UCS_PTR_IS_PTR(req)) {
-      auto until = std::chrono::steady_clock::now() +
-                   (force ? std::chrono::milliseconds(2000) : kCloseLinger);
-      while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < until) {
-        if (ucp_worker_progress(c->worker) == 0 && force) usleep(50);
-      }
-      if (ucp_request_check_status(req) != UCS_INPROGRESS) {
-        ucp_request_free(req);
-      } else if (!force) {
-        parkReq = req;
-      } else {
-        // A forced close that does not finish: keep the worker rather than
-        // destroy it under UCX's feet.
-        ucp_request_free(req);
-        TIDE_INFO("ucx net: forced endpoint close did not finish; leaking its worker");
-        leak = true;
-      }
+    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(req)) reqs.push_back(req);
+  }
+  c->eps.clear();
+  if (!reqs.empty()) {
+    auto until =
+        std::chrono::steady_clock::now() + (force ? std::chrono::milliseconds(2000) : kCloseLinger);
+    while (!reapCloses(&reqs) && std::chrono::steady_clock::now() < until) {
+      if (ucp_worker_progress(c->worker) == 0 && force) usleep(50);
     }
-    c->ep = nullptr;
+    if (!reqs.empty() && force) {
+      // A forced close that does not finish: keep the worker rather than
+      // destroy it under UCX's feet.
+      for (void* req : reqs) ucp_request_free(req);
+      reqs.clear();
+      TIDE_INFO("ucx net: forced endpoint close did not finish; leaking its worker");
+      leak = true;
+    }
   }
   for (UcxRequest* r : c->live) {
     for (int i = 0; i < r->n; ++i) {
-      if (r->ucx[i]) ucp_request_free(r->ucx[i]);
+      for (int k = 0; k < kMaxStreams; ++k) {
+        if (r->ucx[i][k]) ucp_request_free(r->ucx[i][k]);
+      }
     }
     delete r;
   }
   c->live.clear();
-  if (c->helloSend) ucp_request_free(c->helloSend);
-  if (c->helloRecv) ucp_request_free(c->helloRecv);
+  for (int i = 0; i < kMaxStreams; ++i) {
+    if (c->helloSend[i]) ucp_request_free(c->helloSend[i]);
+    if (c->helloRecv[i]) ucp_request_free(c->helloRecv[i]);
+  }
   if (c->flushReq) ucp_request_free(c->flushReq);
-  if (parkReq) {
+  if (!reqs.empty()) {
     std::lock_guard<std::mutex> lock(gClosingMu);
-    gClosing->push_back({c->worker, parkReq, std::chrono::steady_clock::now()});
+    gClosing->push_back({c->worker, std::move(reqs), std::chrono::steady_clock::now()});
     gClosingCount.store(static_cast<int>(gClosing->size()), std::memory_order_relaxed);
   } else if (c->worker && !leak) {
     ucp_worker_destroy(c->worker);

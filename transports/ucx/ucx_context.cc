@@ -3,6 +3,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +79,26 @@ bool pickInterface(std::string* name, SockAddr* addr) {
   return found;
 }
 
+// True when UCX_TLS names tcp and otherwise at most "self".
+bool tcpOnly(const char* tls) {
+  if (tls == nullptr || tls[0] == '^') return false;
+  bool tcp = false;
+  std::string list = tls;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(pos, end - pos);
+    if (item == "tcp") {
+      tcp = true;
+    } else if (item != "self" && !item.empty()) {
+      return false;
+    }
+    pos = end + 1;
+  }
+  return tcp;
+}
+
 }  // namespace
 
 tideResult_t ucxInit(tideNetLogger_t /*logger*/) {
@@ -116,6 +137,19 @@ tideResult_t ucxInit(tideNetLogger_t /*logger*/) {
       TIDE_INFO("ucx net: cannot set RX_SEG_SIZE=%s: %s", v.c_str(), ucs_status_string(st));
     }
   }
+  // Eager (no rendezvous handshake) up to TIDE_UCX_TCP_RNDV_THRESH when tcp is
+  // UCX's only network transport: a rendezvous needs the peer's test() to
+  // answer before data moves, which on a busy machine costs a scheduling
+  // delay per message. Not with shared memory in UCX_TLS: its rendezvous is
+  // a single zero-copy transfer.
+  uint64_t rndv = knobSize(Knob::UcxTcpRndvThresh);
+  if (rndv > 0 && tcpOnly(tls) && getenv("UCX_RNDV_THRESH") == nullptr) {
+    std::string v = std::to_string(rndv);
+    st = ucp_config_modify(config, "RNDV_THRESH", v.c_str());
+    if (st != UCS_OK) {
+      TIDE_INFO("ucx net: cannot set RNDV_THRESH=%s: %s", v.c_str(), ucs_status_string(st));
+    }
+  }
   g.wakeup = knobBool(Knob::UcxWakeup);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -147,6 +181,31 @@ tideResult_t ucxInit(tideNetLogger_t /*logger*/) {
   TIDE_INFO("ucx net: UCP %s, side channel on %s (%s), wakeup %d", ucp_get_version_string(),
             g.ifname.c_str(), g.ifaddr.hostStr().c_str(), g.wakeup ? 1 : 0);
   return tideSuccess;
+}
+
+int configuredStreams() {
+  return static_cast<int>(std::clamp<int64_t>(knobInt(Knob::UcxNstreams), 1, kMaxStreams));
+}
+
+size_t configuredUnit(int streams) {
+  uint64_t u = knobSize(Knob::UcxStripeUnit);
+  if (u == 0) {
+    u = knobSize(Knob::NetChunkSize) / static_cast<uint64_t>(std::max(streams, 1));
+    u = (u + 4095) & ~uint64_t{4095};
+  }
+  return static_cast<size_t>(std::clamp<uint64_t>(u, kMinStripeUnit, uint64_t{1} << 30));
+}
+
+bool epUsesTcp(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (!f) return false;
+  ucp_ep_print_info(ep, f);
+  fclose(f);
+  bool tcp = text && strstr(text, "tcp/") != nullptr;
+  free(text);
+  return tcp;
 }
 
 tideResult_t ucxDevices(int* ndev) {

@@ -2,6 +2,7 @@
 // registration, and the net's table (see ucx_net.h for the design).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/log.h"
@@ -33,9 +34,13 @@ tideResult_t ucxDeregMr(void* /*comm*/, void* mhandle) {
 
 // ---- Data path ----------------------------------------------------------------------------
 
-uint64_t makeTag(int tag, uint32_t seq) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 32) | seq;
+uint64_t makeTag(int tag, int pieces, int stripe, uint32_t seq) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 32) |
+         (static_cast<uint64_t>(pieces - 1) << kPiecesShift) |
+         (static_cast<uint64_t>(stripe) << kStripeShift) | seq;
 }
+
+int piecesOf(uint64_t senderTag) { return static_cast<int>((senderTag >> kPiecesShift) & 0xf) + 1; }
 
 void setMemh(ucp_request_param_t* p, void* mhandle, const void* data, size_t size) {
   if (!mhandle || size == 0) return;
@@ -49,28 +54,62 @@ tideResult_t brokenComm(UcxComm* c, const char* what) {
   return fail(c->err, "%s: %s", what, c->errMsg.c_str());
 }
 
+// Striping (layout: ucx_internal.h). Pieces a message of `size` bytes takes.
+int piecesFor(const UcxComm* c, size_t size) {
+  if (c->nstreams == 1 || size <= c->unit) return 1;
+  size_t b = (size + c->unit - 1) / c->unit;
+  return static_cast<int>(std::min<size_t>(b, static_cast<size_t>(c->nstreams)));
+}
+
+// Bytes [*off, *off + *len) of a `size`-byte message that piece k holds.
+void pieceRange(const UcxComm* c, size_t size, int k, size_t* off, size_t* len) {
+  if (c->nstreams == 1) {
+    *off = 0;
+    *len = size;
+    return;
+  }
+  *off = std::min(size, static_cast<size_t>(k) * c->unit);
+  *len = k == c->nstreams - 1 ? size - *off : std::min(c->unit, size - *off);
+}
+
 tideResult_t ucxIsend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
                       void** request) {
   *request = nullptr;
   auto* c = static_cast<UcxComm*>(sendComm);
   if (c->err != tideSuccess) return brokenComm(c, "isend");
-  ucp_request_param_t p{};
-  setMemh(&p, mhandle, data, size);
-  ucs_status_ptr_t r = ucp_tag_send_nbx(c->ep, data, size, makeTag(tag, c->seq), &p);
-  if (UCS_PTR_IS_ERR(r)) {
-    return fail(tideRemoteError, "isend: ucp_tag_send_nbx: %s",
-                ucs_status_string(UCS_PTR_STATUS(r)));
-  }
-  c->seq = nextSeq(c->seq);
-  auto* req = new UcxRequest;
+  auto req = std::make_unique<UcxRequest>();
   req->comm = c;
   req->n = 1;
   req->isSend = true;
-  req->ucx[0] = r;  // NULL: completed inline
-  req->done[0] = r == nullptr;
+  req->known[0] = true;
   req->sizes[0] = size;
-  c->live.push_back(req);
-  *request = req;
+  int pieces = piecesFor(c, size);
+  req->pieces[0] = pieces;
+  for (int k = 0; k < pieces; ++k) {
+    ucp_request_param_t p{};
+    size_t off = 0, count = 0;
+    pieceRange(c, size, k, &off, &count);
+    const char* buf = static_cast<const char*>(data) + off;
+    setMemh(&p, mhandle, buf, count);
+    ucs_status_ptr_t r =
+        ucp_tag_send_nbx(c->eps[k], buf, count, makeTag(tag, pieces, k, c->seq), &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      // Pieces already posted finish (or fail) on their own; the comm is broken.
+      for (int j = 0; j < k; ++j) {
+        if (req->ucx[0][j]) ucp_request_free(req->ucx[0][j]);
+      }
+      c->err = tideRemoteError;
+      c->errMsg = std::string("send failed: ") + ucs_status_string(UCS_PTR_STATUS(r));
+      return fail(tideRemoteError, "isend: ucp_tag_send_nbx: %s",
+                  ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    req->ucx[0][k] = r;  // NULL: completed inline
+    req->done[0][k] = r == nullptr;
+    if (r == nullptr) ++req->got[0];
+  }
+  c->seq = nextSeq(c->seq);
+  c->live.push_back(req.get());
+  *request = req.release();
   return tideSuccess;
 }
 
@@ -84,24 +123,35 @@ tideResult_t ucxIrecv(void* recvComm, int n, void** data, const size_t* sizes, c
   req->comm = c;
   req->n = n;
   for (int i = 0; i < n; ++i) {
-    ucp_request_param_t p{};
-    // UCX 1.13 does not report the length of a receive that completes
-    // inline, so always take a request.
-    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    setMemh(&p, mhandles ? mhandles[i] : nullptr, data[i], sizes[i]);
-    ucs_status_ptr_t r =
-        ucp_tag_recv_nbx(c->worker, data[i], sizes[i], makeTag(tags[i], c->seq), ~uint64_t{0}, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-      // Earlier sub-receives stay in the request; they are cancelled with it.
-      for (int j = 0; j < i; ++j) {
-        ucp_request_cancel(c->worker, req->ucx[j]);
-        ucp_request_free(req->ucx[j]);
+    int pieces = piecesFor(c, sizes[i]);
+    req->pieces[i] = pieces;  // at most; the sender's count arrives with its pieces
+    req->known[i] = c->nstreams == 1;
+    for (int k = 0; k < pieces; ++k) {
+      ucp_request_param_t p{};
+      // UCX 1.13 does not report the length of a receive that completes
+      // inline, so always take a request.
+      p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      size_t off = 0, count = 0;
+      pieceRange(c, sizes[i], k, &off, &count);
+      char* buf = static_cast<char*>(data[i]) + off;
+      setMemh(&p, mhandles ? mhandles[i] : nullptr, buf, count);
+      ucs_status_ptr_t r =
+          ucp_tag_recv_nbx(c->worker, buf, count, makeTag(tags[i], 1, k, c->seq), ~kPiecesMask, &p);
+      if (UCS_PTR_IS_ERR(r)) {
+        // Earlier sub-receives are cancelled with the request.
+        for (int a = 0; a <= i; ++a) {
+          for (int b = 0; b < kMaxStreams; ++b) {
+            if (!req->ucx[a][b]) continue;
+            ucp_request_cancel(c->worker, req->ucx[a][b]);
+            ucp_request_free(req->ucx[a][b]);
+          }
+        }
+        return fail(tideSystemError, "irecv: ucp_tag_recv_nbx: %s",
+                    ucs_status_string(UCS_PTR_STATUS(r)));
       }
-      return fail(tideSystemError, "irecv: ucp_tag_recv_nbx: %s",
-                  ucs_status_string(UCS_PTR_STATUS(r)));
+      req->ucx[i][k] = r;
     }
     c->seq = nextSeq(c->seq);
-    req->ucx[i] = r;
   }
   c->live.push_back(req.get());
   *request = req.release();
@@ -135,33 +185,53 @@ tideResult_t ucxTest(void* request, int* done, size_t* sizes) {
   for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; ++i) moved = true;
   bool all = true;
   tideResult_t bad = tideSuccess;
-  for (int i = 0; i < r->n; ++i) {
-    if (r->done[i]) continue;
-    ucs_status_t st;
-    if (r->isSend) {
-      st = ucp_request_check_status(r->ucx[i]);
-    } else {
+  const char* why = nullptr;
+  for (int i = 0; i < r->n && bad == tideSuccess; ++i) {
+    for (int k = 0; k < r->pieces[i]; ++k) {
+      if (r->done[i][k] || !r->ucx[i][k]) continue;
+      ucs_status_t st;
       ucp_tag_recv_info_t info{};
-      st = ucp_tag_recv_request_test(r->ucx[i], &info);
-      if (st == UCS_OK) r->sizes[i] = info.length;
-    }
-    if (st == UCS_INPROGRESS) {
-      all = false;
-      continue;
-    }
-    ucp_request_free(r->ucx[i]);
-    r->ucx[i] = nullptr;
-    r->done[i] = true;
-    moved = true;
-    if (st != UCS_OK && bad == tideSuccess) {
-      bad = st == UCS_ERR_MESSAGE_TRUNCATED ? tideInvalidUsage : tideRemoteError;
-      if (c->err == tideSuccess) {
-        c->err = bad;
-        c->errMsg =
-            std::string(r->isSend ? "send" : "receive") + " failed: " + ucs_status_string(st);
-        if (st == UCS_ERR_MESSAGE_TRUNCATED) c->errMsg += " (message larger than the receive)";
+      if (r->isSend) {
+        st = ucp_request_check_status(r->ucx[i][k]);
+      } else {
+        st = ucp_tag_recv_request_test(r->ucx[i][k], &info);
       }
+      if (st == UCS_INPROGRESS) continue;
+      ucp_request_free(r->ucx[i][k]);
+      r->ucx[i][k] = nullptr;
+      r->done[i][k] = true;
+      ++r->got[i];
+      moved = true;
+      if (st != UCS_OK) {
+        bad = st == UCS_ERR_MESSAGE_TRUNCATED ? tideInvalidUsage : tideRemoteError;
+        why = ucs_status_string(st);
+        break;
+      }
+      if (r->isSend) continue;
+      r->sizes[i] += info.length;
+      if (r->known[i]) continue;
+      int sent = piecesOf(info.sender_tag);
+      if (sent > r->pieces[i]) {
+        bad = tideInvalidUsage;
+        why = "more pieces than the receive holds";
+        break;
+      }
+      // The pieces the sender did not use are never sent: cancel them.
+      for (int j = sent; j < r->pieces[i]; ++j) {
+        if (!r->ucx[i][j]) continue;
+        ucp_request_cancel(c->worker, r->ucx[i][j]);
+        ucp_request_free(r->ucx[i][j]);
+        r->ucx[i][j] = nullptr;
+      }
+      r->pieces[i] = sent;
+      r->known[i] = true;
     }
+    if (!r->known[i] || r->got[i] < r->pieces[i]) all = false;
+  }
+  if (bad != tideSuccess && c->err == tideSuccess) {
+    c->err = bad;
+    c->errMsg = std::string(r->isSend ? "send" : "receive") + " failed: " + why;
+    if (bad == tideInvalidUsage) c->errMsg += " (message larger than the receive)";
   }
   if (!all && !moved && c->err == tideSuccess && (c->idle % 16) == 0) {
     checkSide(c);
@@ -173,10 +243,11 @@ tideResult_t ucxTest(void* request, int* done, size_t* sizes) {
   if (bad == tideSuccess && !all && c->err != tideSuccess) bad = c->err;
   if (bad != tideSuccess) {
     for (int i = 0; i < r->n; ++i) {
-      if (r->ucx[i]) {
-        ucp_request_cancel(c->worker, r->ucx[i]);
-        ucp_request_free(r->ucx[i]);
-        r->ucx[i] = nullptr;
+      for (int k = 0; k < kMaxStreams; ++k) {
+        if (!r->ucx[i][k]) continue;
+        ucp_request_cancel(c->worker, r->ucx[i][k]);
+        ucp_request_free(r->ucx[i][k]);
+        r->ucx[i][k] = nullptr;
       }
     }
     forget(c, r);

@@ -24,6 +24,23 @@ namespace tide {
 namespace ucx {
 
 constexpr int kMaxRecvs = 8;
+// Endpoints (each its own TCP connection over UCX's tcp) one comm stripes a
+// message over; the tag layout below holds at most this many.
+constexpr int kMaxStreams = 16;
+// Data tag: user tag (32 bits) | sender's piece count - 1 (4) | stripe (4) |
+// sequence (24). Receives mask out the piece count, which the receiver
+// learns from any piece's sender tag.
+constexpr int kSeqBits = 24;
+constexpr uint32_t kSeqMask = (uint32_t{1} << kSeqBits) - 1;
+constexpr int kStripeShift = kSeqBits;
+constexpr int kPiecesShift = kSeqBits + 4;
+constexpr uint64_t kPiecesMask = uint64_t{0xf} << kPiecesShift;
+// Stripe layout of a message of S bytes over n streams with unit U (both
+// agreed at set-up): piece k < n-1 is bytes [kU, (k+1)U), the last piece the
+// rest; only the pieces that hold bytes are sent (at least one). Any receive
+// at least as large as the message lays its pieces out the same way. (UCX
+// 1.13 moves iov pieces far slower than contiguous ones, hence not cyclic.)
+constexpr size_t kMinStripeUnit = 64 << 10;
 constexpr int kIdleBeforeArm = 32;  // idle test() calls before the worker is armed
 // After the side channel closes, data the peer flushed before closing may
 // still be in flight: requests fail only when this much time passed.
@@ -61,7 +78,9 @@ struct UcxRequest;
 struct UcxComm {
   bool isSend = false;
   ucp_worker_h worker = nullptr;
-  ucp_ep_h ep = nullptr;
+  std::vector<ucp_ep_h> eps;       // one per stream; eps[0] carries the handshake's first hello
+  int nstreams = 1;                // agreed with the peer at set-up
+  size_t unit = 0;                 // stripe unit, agreed likewise
   tideResult_t err = tideSuccess;  // sticky; set by the endpoint error callback
   std::string errMsg;
   uint32_t seq = 1;  // next data message's sequence number (never 0)
@@ -79,19 +98,27 @@ struct UcxComm {
   bool peerGone = false;
   // Set-up handshake (ucx_setup.cc): one small tagged message each way over
   // the endpoints, so every lane is connected before the comm is handed out.
-  void* helloSend = nullptr;  // UCX requests; null when none or freed
-  void* helloRecv = nullptr;
-  void* flushReq = nullptr;  // worker flush ending the handshake
-  bool helloSent = false, helloGot = false, flushed = false;
-  uint64_t helloOut = 0, helloIn = 0;
+  // One hello each way per stream (every endpoint learns its peer's id).
+  void* helloSend[ucx::kMaxStreams] = {};  // UCX requests; null when none or freed
+  void* helloRecv[ucx::kMaxStreams] = {};
+  void* flushReq = nullptr;            // worker flush ending the handshake
+  int helloSends = 0, helloRecvs = 0;  // completed
+  bool flushed = false;
+  uint64_t helloOut = 0, helloIn[ucx::kMaxStreams] = {};
 };
 
+// One isend or irecv: message i (of n) is sent or received as pieces
+// [i][0..pieces[i]) over streams 0..pieces[i]-1; a receive learns the
+// sender's piece count from the first piece to complete and cancels the rest.
 struct UcxRequest {
   UcxComm* comm = nullptr;
   int n = 0;
   bool isSend = false;
-  void* ucx[ucx::kMaxRecvs] = {};
-  bool done[ucx::kMaxRecvs] = {};
+  int pieces[ucx::kMaxRecvs] = {};
+  int got[ucx::kMaxRecvs] = {};     // pieces completed
+  bool known[ucx::kMaxRecvs] = {};  // receive: sender's piece count learnt
+  void* ucx[ucx::kMaxRecvs][ucx::kMaxStreams] = {};
+  bool done[ucx::kMaxRecvs][ucx::kMaxStreams] = {};
   size_t sizes[ucx::kMaxRecvs] = {};
 };
 
@@ -108,8 +135,19 @@ void sweepClosing();
 // and frees the comm; bounded (ucx_close.cc). The caller owns `c`.
 void destroyComm(UcxComm* c);
 
-// Next data sequence number after `seq` (skips 0, the handshake's).
-inline uint32_t nextSeq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
+// Next data sequence number after `seq` (24 bits; skips 0, the handshake's).
+inline uint32_t nextSeq(uint32_t seq) { return ((seq + 1) & kSeqMask) == 0 ? 1 : seq + 1; }
+
+// Streams a comm may use (TIDE_UCX_NSTREAMS, 1..kMaxStreams). The connector
+// offers its value; the acceptor takes the smaller of that and its own.
+int configuredStreams();
+
+// Stripe unit a connector offers: TIDE_NET_CHUNKSIZE / streams (4 KiB
+// aligned, at least kMinStripeUnit), so the net transport's chunks split evenly.
+size_t configuredUnit(int streams);
+
+// True when the endpoint's lanes use UCX's tcp transport (from ucp_ep_print_info).
+bool epUsesTcp(ucp_ep_h ep);
 
 // The net's functions (include/tide/net.h), by file.
 tideResult_t ucxInit(tideNetLogger_t logger);

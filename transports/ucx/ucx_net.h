@@ -12,16 +12,26 @@
 //    non-blocking TCP listener on the interface chosen by TIDE_SOCKET_IFNAME
 //    (NCCL syntax; default: the first interface that is up and not loopback,
 //    else loopback) and the handle holds its address and a random nonce.
-//    connect() sends {nonce, its worker's address}; accept() answers with
-//    its recv comm's worker address; both sides then create endpoints with
+//    connect() sends {nonce, streams offered, stripe unit, its worker's
+//    address}; accept() answers with the agreed streams and unit and its recv
+//    comm's worker address; both sides then create endpoints with
 //    UCP_ERR_HANDLING_MODE_PEER (NONE where the transports lack it) and
-//    exchange a synchronous tagged hello (sequence 0) over them, then flush
+//    exchange a synchronous tagged hello (sequence 0) over each, then flush
 //    their workers, so UCX's wire-up (the peers' endpoint ids) is complete
 //    before the comm is handed out (ucx_setup.cc says why). The side channel
 //    stays open as a liveness signal.
 //  - Messages: ucp_tag_send_nbx / ucp_tag_recv_nbx with tag = (user tag << 32)
-//    | per-comm sequence number, full mask, so the k-th send matches the k-th
-//    receive. A send larger than the receive fails it (tideInvalidUsage).
+//    | piece count | stripe | 24-bit per-comm sequence number (ucx_internal.h),
+//    so the k-th send matches the k-th receive. A send larger than the
+//    receive fails it (tideInvalidUsage).
+//  - Striping (TIDE_UCX_NSTREAMS > 1, agreed at set-up with the stripe unit):
+//    a comm has several endpoints (own TCP connections under tcp) on its one
+//    worker; a message of more than one unit is sent as up to nstreams pieces,
+//    piece k on endpoint k; the receiver posts one receive per piece its
+//    buffer could hold, learns the sender's piece count from the first piece
+//    to arrive and cancels the unused ones.
+//  - Eager below TIDE_UCX_TCP_RNDV_THRESH when UCX_TLS is tcp (or tcp,self):
+//    sets UCX_RNDV_THRESH unless the user did.
 //  - Progress: test() calls ucp_worker_progress (no helper thread).
 //    getPollFd() returns an epoll fd over the worker's event fd plus an
 //    eventfd of ours; the worker is armed after a run of idle test() calls,

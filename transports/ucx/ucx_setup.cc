@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -75,7 +76,8 @@ tideResult_t newComm(bool isSend, UcxComm** out) {
   return tideSuccess;
 }
 
-tideResult_t connectEp(UcxComm* c, const std::vector<uint8_t>& peerAddr) {
+// Creates one more endpoint to the peer's worker (appended to c->eps).
+tideResult_t addEp(UcxComm* c, const uint8_t* peerAddr) {
   // Peer-failure handling where the transports support it; UCX 1.13's
   // shared-memory transports do not (ucp_ep_create is then "unreachable"),
   // so fall back to no error handling and rely on the side channel.
@@ -86,14 +88,16 @@ tideResult_t connectEp(UcxComm* c, const std::vector<uint8_t>& peerAddr) {
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(peerAddr.data());
+    ep.address = reinterpret_cast<const ucp_address_t*>(peerAddr);
     ep.err_mode = mode == 0 ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = epError;
     ep.err_handler.arg = c;
-    ucs_status_t st = ucp_ep_create(c->worker, &ep, &c->ep);
+    ucp_ep_h h = nullptr;
+    ucs_status_t st = ucp_ep_create(c->worker, &ep, &h);
     if (st == UCS_OK) {
+      c->eps.push_back(h);
       c->peerMode = mode == 0;
-      if (mode == 1) {
+      if (mode == 1 && c->eps.size() == 1) {
         TIDE_INFO(
             "ucx net: transports without peer-failure support; peer death is detected "
             "through the side channel");
@@ -106,6 +110,27 @@ tideResult_t connectEp(UcxComm* c, const std::vector<uint8_t>& peerAddr) {
     peerUnsupported = true;
   }
   return tideInternalError;
+}
+
+// Creates the comm's endpoints to the peer's worker: `offer` of them, or
+// (`decide`, the acceptor) the smaller of the connector's offer and its own
+// TIDE_UCX_NSTREAMS. Every endpoint is its own UCX connection (own TCP
+// socket under tcp); tag matching stays on the one worker.
+tideResult_t connectEps(UcxComm* c, const std::vector<uint8_t>& peerAddr, int offer, bool decide) {
+  tideResult_t r = addEp(c, peerAddr.data());
+  if (r != tideSuccess) return r;
+  int n = offer;
+  if (decide) {
+    bool tcp = epUsesTcp(c->eps[0]);
+    n = std::min(offer, configuredStreams());
+    TIDE_INFO("ucx net: recv comm %p: %d stream(s) (tcp %d, offered %d)", static_cast<void*>(c), n,
+              tcp ? 1 : 0, offer);
+  }
+  while (static_cast<int>(c->eps.size()) < n) {
+    if ((r = addEp(c, peerAddr.data())) != tideSuccess) return r;
+  }
+  c->nstreams = n;
+  return tideSuccess;
 }
 
 // Adds the side-channel socket to the comm's poll set.
@@ -149,23 +174,28 @@ void checkSide(UcxComm* c) {
 // comm is handed out.
 tideResult_t startHello(UcxComm* c, uint64_t nonce) {
   c->helloOut = nonce;
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  ucs_status_ptr_t r =
-      ucp_tag_recv_nbx(c->worker, &c->helloIn, sizeof(c->helloIn), kHelloTag, ~uint64_t{0}, &rp);
-  if (UCS_PTR_IS_ERR(r)) {
-    return fail(tideSystemError, "handshake: ucp_tag_recv_nbx: %s",
-                ucs_status_string(UCS_PTR_STATUS(r)));
+  for (int i = 0; i < c->nstreams; ++i) {
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(c->worker, &c->helloIn[i], sizeof(c->helloIn[i]),
+                                          kHelloTag, ~uint64_t{0}, &rp);
+    if (UCS_PTR_IS_ERR(r)) {
+      return fail(tideSystemError, "handshake: ucp_tag_recv_nbx: %s",
+                  ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    c->helloRecv[i] = r;
   }
-  c->helloRecv = r;
-  ucp_request_param_t sp{};
-  r = ucp_tag_send_sync_nbx(c->ep, &c->helloOut, sizeof(c->helloOut), kHelloTag, &sp);
-  if (UCS_PTR_IS_ERR(r)) {
-    return fail(tideRemoteError, "handshake: ucp_tag_send_nbx: %s",
-                ucs_status_string(UCS_PTR_STATUS(r)));
+  for (int i = 0; i < c->nstreams; ++i) {
+    ucp_request_param_t sp{};
+    ucs_status_ptr_t r =
+        ucp_tag_send_sync_nbx(c->eps[i], &c->helloOut, sizeof(c->helloOut), kHelloTag, &sp);
+    if (UCS_PTR_IS_ERR(r)) {
+      return fail(tideRemoteError, "handshake: ucp_tag_send_nbx: %s",
+                  ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    c->helloSend[i] = r;
+    if (r == nullptr) ++c->helloSends;
   }
-  c->helloSend = r;
-  c->helloSent = r == nullptr;
   return tideSuccess;
 }
 
@@ -174,28 +204,28 @@ tideResult_t startHello(UcxComm* c, uint64_t nonce) {
 tideResult_t progressHello(UcxComm* c, bool* done) {
   for (int i = 0; i < 64 && ucp_worker_progress(c->worker) != 0; ++i) {
   }
-  if (!c->helloSent && c->helloSend) {
-    ucs_status_t st = ucp_request_check_status(c->helloSend);
-    if (st != UCS_INPROGRESS) {
-      ucp_request_free(c->helloSend);
-      c->helloSend = nullptr;
-      if (st != UCS_OK) return fail(tideRemoteError, "handshake send: %s", ucs_status_string(st));
-      c->helloSent = true;
-    }
+  for (int i = 0; i < c->nstreams; ++i) {
+    if (!c->helloSend[i]) continue;
+    ucs_status_t st = ucp_request_check_status(c->helloSend[i]);
+    if (st == UCS_INPROGRESS) continue;
+    ucp_request_free(c->helloSend[i]);
+    c->helloSend[i] = nullptr;
+    if (st != UCS_OK) return fail(tideRemoteError, "handshake send: %s", ucs_status_string(st));
+    ++c->helloSends;
   }
-  if (!c->helloGot && c->helloRecv) {
+  for (int i = 0; i < c->nstreams; ++i) {
+    if (!c->helloRecv[i]) continue;
     ucp_tag_recv_info_t info{};
-    ucs_status_t st = ucp_tag_recv_request_test(c->helloRecv, &info);
-    if (st != UCS_INPROGRESS) {
-      ucp_request_free(c->helloRecv);
-      c->helloRecv = nullptr;
-      if (st != UCS_OK) return fail(tideRemoteError, "handshake recv: %s", ucs_status_string(st));
-      if (info.length != sizeof(c->helloIn) || c->helloIn != c->helloOut)
-        return fail(tideRemoteError, "handshake: unexpected peer (bad nonce)");
-      c->helloGot = true;
-    }
+    ucs_status_t st = ucp_tag_recv_request_test(c->helloRecv[i], &info);
+    if (st == UCS_INPROGRESS) continue;
+    ucp_request_free(c->helloRecv[i]);
+    c->helloRecv[i] = nullptr;
+    if (st != UCS_OK) return fail(tideRemoteError, "handshake recv: %s", ucs_status_string(st));
+    if (info.length != sizeof(c->helloIn[i]) || c->helloIn[i] != c->helloOut)
+      return fail(tideRemoteError, "handshake: unexpected peer (bad nonce)");
+    ++c->helloRecvs;
   }
-  if (c->helloSent && c->helloGot && !c->flushed) {
+  if (c->helloSends == c->nstreams && c->helloRecvs == c->nstreams && !c->flushed) {
     // Then flush the worker: wire-up messages still queued (a lane still
     // connecting) leave before the comm is handed out.
     if (!c->flushReq) {
@@ -304,6 +334,28 @@ struct Exchange {
   }
 };
 
+// Side-channel payload: {uint32 streams, uint32 stripe unit, worker address}.
+std::vector<uint8_t> withStreams(int n, size_t unit, const std::vector<uint8_t>& addr) {
+  uint32_t v[2] = {static_cast<uint32_t>(n), static_cast<uint32_t>(unit)};
+  std::vector<uint8_t> out(sizeof(v) + addr.size());
+  memcpy(out.data(), v, sizeof(v));
+  if (!addr.empty()) memcpy(out.data() + sizeof(v), addr.data(), addr.size());
+  return out;
+}
+
+tideResult_t splitStreams(const std::vector<uint8_t>& in, int* n, size_t* unit,
+                          std::vector<uint8_t>* addr) {
+  uint32_t v[2] = {};
+  if (in.size() <= sizeof(v)) return fail(tideRemoteError, "side channel: short peer address");
+  memcpy(v, in.data(), sizeof(v));
+  if (v[0] < 1 || v[0] > static_cast<uint32_t>(kMaxStreams) || v[1] < kMinStripeUnit)
+    return fail(tideRemoteError, "side channel: bad stream count %u or unit %u", v[0], v[1]);
+  *n = static_cast<int>(v[0]);
+  *unit = v[1];
+  addr->assign(in.begin() + sizeof(v), in.end());
+  return tideSuccess;
+}
+
 struct UcxListen {
   Socket lsock;
   uint64_t nonce = 0;
@@ -378,7 +430,8 @@ tideResult_t connectStart(const UcxHandle& h, ConnectState* cs) {
   if (r != tideSuccess) return r;
   std::vector<uint8_t> addr;
   if ((r = workerAddress(cs->comm, &addr)) != tideSuccess) return r;
-  cs->x.setOut(h.nonce, addr);
+  int offer = configuredStreams();
+  cs->x.setOut(h.nonce, withStreams(offer, configuredUnit(offer), addr));
   return tideSuccess;
 }
 
@@ -421,7 +474,10 @@ tideResult_t ucxConnect(int dev, void* handle, void** sendComm) {
     bool got = false;
     r = cs->x.pullIn(cs->nonce, &got);
     if (r == tideSuccess && got) {
-      r = connectEp(cs->comm, cs->x.in);
+      int n = 0;
+      std::vector<uint8_t> peer;
+      r = splitStreams(cs->x.in, &n, &cs->comm->unit, &peer);
+      if (r == tideSuccess) r = connectEps(cs->comm, peer, n, false);
       if (r == tideSuccess) {
         adoptSide(cs->comm, std::move(cs->x.sock));
         r = startHello(cs->comm, cs->nonce);
@@ -463,13 +519,17 @@ tideResult_t ucxAccept(void* listenComm, void** recvComm) {
       bool got = false;
       r = p.x.pullIn(l->nonce, &got);
       if (r == tideSuccess && got) {
-        r = newComm(false, &p.comm);
-        std::vector<uint8_t> addr;
-        if (r == tideSuccess) r = connectEp(p.comm, p.x.in);
+        int offer = 0;
+        std::vector<uint8_t> addr, peer;
+        size_t unit = 0;
+        r = splitStreams(p.x.in, &offer, &unit, &peer);
+        if (r == tideSuccess) r = newComm(false, &p.comm);
+        if (r == tideSuccess) p.comm->unit = unit;
+        if (r == tideSuccess) r = connectEps(p.comm, peer, offer, true);
         if (r == tideSuccess) r = startHello(p.comm, l->nonce);
         if (r == tideSuccess) r = workerAddress(p.comm, &addr);
         if (r == tideSuccess) {
-          p.x.setOut(l->nonce, addr);
+          p.x.setOut(l->nonce, withStreams(p.comm->nstreams, p.comm->unit, addr));
           p.replying = true;
         }
       }

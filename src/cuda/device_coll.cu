@@ -1,0 +1,150 @@
+// Device All-Reduce kernels of one node: one-shot and two-shot over
+// peer-mapped scratch (protocol and step functions: device_coll_logic.h).
+//
+// Compiled by nvcc into its own fat binary (sm_80, sm_90, compute_90 PTX)
+// that device_coll.cc embeds and loads through the driver API. Kernels are
+// extern "C": tide_ar<algo>_<dtype>_<op>, algo 1 = one-shot, 2 = two-shot;
+// dtype/op numbers as in cuda_kernels.cu. One block per part (Args.nblocks
+// blocks), any block size; thread 0 of a block signals and waits, every
+// thread of the block reduces/copies. Flags use release/acquire at system
+// scope (peers may be other processes or other GPUs); the abort word and the
+// error word live in host-mapped memory.
+#include <cstddef>
+#include <cstdint>
+
+#include "device_coll_logic.h"
+#include "reduce_ops.cuh"
+
+namespace {
+
+namespace dc = tide::cuda::dc;
+
+template <class Codec, class Op>
+struct DevicePlatform {
+  uint32_t* shared;                // one word of shared memory for share()
+  const volatile uint32_t* error;  // this rank's error word: another block failed
+
+  __device__ bool leader() const { return threadIdx.x == 0; }
+  __device__ uint32_t share(uint32_t v) const {
+    if (threadIdx.x == 0) *shared = v;
+    __syncthreads();
+    const uint32_t r = *shared;
+    __syncthreads();
+    return r;
+  }
+  __device__ void barrier() const { __syncthreads(); }
+  __device__ void signal(uint64_t* f, uint64_t v) const {
+    __threadfence_system();
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(f), "l"(v) : "memory");
+  }
+  __device__ uint64_t poll(const uint64_t* f) const {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(f) : "memory");
+    return v;
+  }
+  __device__ uint64_t nowNs() const {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ bool aborted(const volatile uint32_t* w) const { return *w != 0 || *error != 0; }
+  __device__ void pause(uint64_t it) const {
+    if (it >= 1024) __nanosleep(it >= 65536 ? 4096 : 256);
+  }
+  // Host-mapped memory: plain volatile accesses (PCIe need not support
+  // atomics); a racing second code may win, any code is a correct report.
+  __device__ void setError(uint32_t* w, uint32_t code) const {
+    volatile uint32_t* vw = w;
+    if (*vw == 0) *vw = code;
+    __threadfence_system();
+  }
+
+  // out[i] (and out2[i]) = ins[0][i] op ... op ins[n-1][i] over r.
+  __device__ void reduce(char* out, char* out2, char* const* ins, int n, dc::Range r) const {
+    using S = typename Codec::Store;
+    constexpr uint64_t kVec = 16 / sizeof(S);
+    S* o = reinterpret_cast<S*>(out);
+    S* o2 = reinterpret_cast<S*>(out2);
+    // r.lo is a vector multiple; scratch areas are 16-byte aligned, user
+    // buffers (direct mode, out) need not be.
+    bool vec = aligned16(o) && (o2 == nullptr || aligned16(o2));
+    for (int k = 0; k < n; ++k) vec = vec && aligned16(ins[k]);
+    const uint64_t nVec = vec ? (r.hi - r.lo) / kVec : 0;
+    const uint64_t v0 = r.lo / kVec;
+    for (uint64_t v = v0 + threadIdx.x; v < v0 + nVec; v += blockDim.x) {
+      Vec<S> acc, x;
+      acc.v = reinterpret_cast<const uint4*>(ins[0])[v];
+      for (int k = 1; k < n; ++k) {
+        x.v = reinterpret_cast<const uint4*>(ins[k])[v];
+#pragma unroll
+        for (uint64_t j = 0; j < kVec; ++j) acc.s[j] = combine<Codec, Op>(acc.s[j], x.s[j]);
+      }
+      reinterpret_cast<uint4*>(o)[v] = acc.v;
+      if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v] = acc.v;
+    }
+    for (uint64_t i = r.lo + nVec * kVec + threadIdx.x; i < r.hi; i += blockDim.x) {
+      S acc = reinterpret_cast<const S*>(ins[0])[i];
+      for (int k = 1; k < n; ++k)
+        acc = combine<Codec, Op>(acc, reinterpret_cast<const S*>(ins[k])[i]);
+      o[i] = acc;
+      if (o2 != nullptr) o2[i] = acc;
+    }
+  }
+
+  __device__ void copy(char* dst, const char* src, dc::Range r) const {
+    using S = typename Codec::Store;
+    constexpr uint64_t kVec = 16 / sizeof(S);
+    S* d = reinterpret_cast<S*>(dst);
+    const S* s = reinterpret_cast<const S*>(src);
+    const uint64_t nVec = aligned16(d) && aligned16(s) ? (r.hi - r.lo) / kVec : 0;
+    const uint64_t v0 = r.lo / kVec;
+    for (uint64_t v = v0 + threadIdx.x; v < v0 + nVec; v += blockDim.x) {
+      reinterpret_cast<uint4*>(d)[v] = reinterpret_cast<const uint4*>(s)[v];
+    }
+    for (uint64_t i = r.lo + nVec * kVec + threadIdx.x; i < r.hi; i += blockDim.x) d[i] = s[i];
+  }
+};
+
+template <class Codec, class Op, bool kTwoShot>
+__device__ void allReduceBlock(const dc::Args& a) {
+  __shared__ uint32_t word;
+  DevicePlatform<Codec, Op> p{&word, a.errorWord};
+  if (static_cast<int>(blockIdx.x) >= a.nblocks) return;
+  // An earlier call of this rank failed: its peers are out of step, give up.
+  // Read by one thread and shared, so the whole block leaves together.
+  const uint32_t failed = p.share(threadIdx.x == 0 ? *p.error : 0);
+  if (failed != 0) return;
+  if constexpr (kTwoShot) {
+    dc::twoShotPart(p, a, static_cast<int>(blockIdx.x));
+  } else {
+    dc::oneShotPart(p, a, static_cast<int>(blockIdx.x));
+  }
+}
+
+}  // namespace
+
+#define TIDE_AR_KERNELS(T, O, CODEC, OP)                                                         \
+  extern "C" __global__ void __launch_bounds__(512) tide_ar1_##T##_##O(tide::cuda::dc::Args a) { \
+    allReduceBlock<CODEC, OP, false>(a);                                                         \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(512) tide_ar2_##T##_##O(tide::cuda::dc::Args a) { \
+    allReduceBlock<CODEC, OP, true>(a);                                                          \
+  }
+#define TIDE_AR_OPS(T, CODEC)          \
+  TIDE_AR_KERNELS(T, 0, CODEC, OpSum)  \
+  TIDE_AR_KERNELS(T, 1, CODEC, OpProd) \
+  TIDE_AR_KERNELS(T, 2, CODEC, OpMax)  \
+  TIDE_AR_KERNELS(T, 3, CODEC, OpMin)
+
+TIDE_AR_OPS(0, Plain<int8_t>)
+TIDE_AR_OPS(1, Plain<uint8_t>)
+TIDE_AR_OPS(2, Plain<int32_t>)
+TIDE_AR_OPS(3, Plain<uint32_t>)
+TIDE_AR_OPS(4, Plain<int64_t>)
+TIDE_AR_OPS(5, Plain<uint64_t>)
+TIDE_AR_OPS(6, Half)
+TIDE_AR_OPS(7, Plain<float>)
+TIDE_AR_OPS(8, Plain<double>)
+TIDE_AR_OPS(9, Bf16)
+TIDE_AR_OPS(10, E4m3)
+TIDE_AR_OPS(11, E5m2)

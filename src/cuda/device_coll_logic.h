@@ -1,0 +1,284 @@
+// Algorithm logic of the device All-Reduce engine (one node, peer-mapped
+// scratch), written once for nvcc (device_coll.cu) and g++ (the CPU unit test
+// tests/unit/test_device_coll_logic.cc runs the same step functions with one
+// std::thread per rank).
+//
+// Memory: every rank owns a scratch region that all ranks of the node map
+// (same pointer for threads of one process, CUDA IPC for processes). It holds
+// a flag area (kFlagWords 64-bit words, zero at creation) and two input
+// areas used alternately by call parity. Before each call the rank copies its
+// input (or the current chunk of it) into the area of the call's parity, on
+// its stream; then one kernel runs the algorithm:
+//   one-shot: signal "input ready" to every peer, wait for every peer's
+//             signal, reduce all ranks' inputs (rank order 0..n-1) into out.
+//   two-shot: same start; then reduce slice `rank` of every input into out
+//             and into the own input area, signal "slice reduced", wait for
+//             every peer's, copy every other slice from its owner's area.
+// Direct mode (every rank a thread of one process, so user pointers are valid
+// everywhere): no copy-in; each rank posts its send and recv pointers in its
+// peers' mailboxes before the "input ready" signal and peers read the user
+// buffers themselves; the two-shot reduced slice goes to the recv buffer
+// only, and a final "done" phase keeps every rank in the kernel until its
+// peers stopped reading its buffers. A one-shot rank working in place still
+// copies its input to scratch (peers read it while it writes its output).
+// Work is split into `nblocks` parts that run independently (CUDA blocks; the
+// CPU test runs them one after another per rank): part b of one rank only
+// talks to part b of the others, so no grid-wide barrier is needed. Slices
+// and parts are cut at 16-byte multiples so vector accesses stay aligned.
+//
+// Flag protocol: rank q writes the call's sequence number (1, 2, ...; the same
+// on every rank since calls are collective) with release semantics into slot
+// [phase][part][q] of each peer's flag area; the peer polls its own slot with
+// acquire semantics until it is >= seq. Why two areas suffice without a
+// "done reading" flag: a rank overwrites area (s % 2) only at call s + 2,
+// after its call s + 1 kernel passed the "input ready" wait of call s + 1,
+// which every peer signals only once its call-s kernel finished (stream
+// order). Every wait is bounded by timeoutNs and checks an abort word; a
+// failed wait stores an error code (encodeError) into the error word and the
+// part returns at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TIDE_DC_FN __host__ __device__ inline
+// Step functions are templates over the platform; nvcc must not check the
+// host instantiation of device-only platform calls.
+#define TIDE_DC_TEMPLATE _Pragma("nv_exec_check_disable")
+#else
+#define TIDE_DC_FN inline
+#define TIDE_DC_TEMPLATE
+#endif
+
+namespace tide::cuda::dc {
+
+inline constexpr int kMaxRanks = 8;    // ranks of one node the engine serves
+inline constexpr int kMaxBlocks = 64;  // parts (CUDA blocks) per call
+inline constexpr int kPhases = 3;      // 0: input ready, 1: slice reduced, 2: done
+inline constexpr size_t kFlagWords = size_t{kPhases} * kMaxBlocks * kMaxRanks;
+// Mailbox words after the flags: [part][src][0 = send, 1 = recv] pointers.
+inline constexpr size_t kMailWords = size_t{kMaxBlocks} * kMaxRanks * 2;
+
+// Error word contents: kind | phase << 4 | peer << 8 | part << 16; 0 = none.
+inline constexpr uint32_t kErrTimeout = 1;
+inline constexpr uint32_t kErrAborted = 2;
+
+TIDE_DC_FN uint32_t encodeError(uint32_t kind, int phase, int peer, int part) {
+  return kind | static_cast<uint32_t>(phase) << 4 | static_cast<uint32_t>(peer) << 8 |
+         static_cast<uint32_t>(part) << 16;
+}
+TIDE_DC_FN uint32_t errorKind(uint32_t code) { return code & 0xfu; }
+TIDE_DC_FN int errorPhase(uint32_t code) { return static_cast<int>((code >> 4) & 0xfu); }
+TIDE_DC_FN int errorPeer(uint32_t code) { return static_cast<int>((code >> 8) & 0xffu); }
+TIDE_DC_FN int errorPart(uint32_t code) { return static_cast<int>(code >> 16); }
+
+TIDE_DC_FN size_t flagIndex(int phase, int part, int src) {
+  return (static_cast<size_t>(phase) * kMaxBlocks + part) * kMaxRanks + src;
+}
+TIDE_DC_FN size_t mailIndex(int part, int src, int which) {
+  return kFlagWords + (static_cast<size_t>(part) * kMaxRanks + src) * 2 + which;
+}
+
+// Half-open element range.
+struct Range {
+  uint64_t lo;
+  uint64_t hi;
+};
+
+// Elements per 16-byte vector (1 for elements of 16 bytes or more).
+TIDE_DC_FN uint64_t unitOf(int elemSize) {
+  return elemSize >= 16 ? 1 : static_cast<uint64_t>(16 / elemSize);
+}
+
+// Piece `i` of `pieces` of `r`: pieces of equal length in units (the last
+// non-empty ones may be shorter, trailing ones empty); bounds are r.lo plus a
+// multiple of `unit`, clamped to r.hi.
+TIDE_DC_FN Range pieceOf(Range r, int pieces, int i, uint64_t unit) {
+  const uint64_t len = r.hi > r.lo ? r.hi - r.lo : 0;
+  const uint64_t units = (len + unit - 1) / unit;
+  const uint64_t per = (units + pieces - 1) / pieces;
+  uint64_t lo = r.lo + per * unit * static_cast<uint64_t>(i);
+  uint64_t hi = lo + per * unit;
+  if (lo > r.hi) lo = r.hi;
+  if (hi > r.hi) hi = r.hi;
+  return {lo, hi};
+}
+
+// Two-shot: the slice of `count` elements that rank `p` of `n` reduces.
+TIDE_DC_FN Range sliceOf(uint64_t count, int n, int p, uint64_t unit) {
+  return pieceOf(Range{0, count}, n, p, unit);
+}
+
+// Kernel arguments (passed by value to the kernel; the CPU test fills the
+// same struct with host pointers).
+struct Args {
+  int rank;
+  int nranks;
+  int nblocks;
+  int elemSize;
+  uint64_t count;              // elements of this call (chunk)
+  uint64_t seq;                // call sequence number, >= 1
+  uint64_t timeoutNs;          // bound of each wait
+  int direct;                  // 1: direct mode (see above)
+  char* send;                  // direct mode: this rank's input (user buffer or scratch copy)
+  char* data[kMaxRanks];       // each rank's input area of this call's parity
+  uint64_t* flags[kMaxRanks];  // each rank's flag area
+  char* out;                   // this rank's output (the user's buffer)
+  const volatile uint32_t* abortWord;  // nonzero: stop waiting
+  uint32_t* errorWord;                 // first error code of this rank
+};
+
+// Platform interface P (one instance per part; on the GPU per block):
+//   bool leader()                   the thread that signals and waits
+//   uint32_t share(uint32_t)        block barrier; returns the leader's value
+//   void barrier()                  block barrier
+//   void signal(uint64_t*, uint64_t)        fence + release store (system scope)
+//   uint64_t poll(const uint64_t*)          acquire load (system scope)
+//   uint64_t nowNs()                monotonic clock
+//   bool aborted(const volatile uint32_t*)
+//   void pause(uint64_t iteration)  back-off while waiting
+//   void setError(uint32_t*, uint32_t)      keeps the first nonzero code
+//   void reduce(char* out, char* out2, char* const* ins, int n, Range r)
+//       out[i] (and out2[i] when out2 is not null) = ins[0][i] op ... op
+//       ins[n-1][i] for i in r, folded in that order; out may alias ins[k] at
+//       the same index
+//   void copy(char* dst, const char* src, Range r)
+
+// Writes `seq` into slot [phase][part][rank] of every peer. Leader only.
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN void signalPeers(P& p, const Args& a, int phase, int part) {
+  for (int k = 1; k < a.nranks; ++k) {
+    const int q = (a.rank + k) % a.nranks;
+    p.signal(a.flags[q] + flagIndex(phase, part, a.rank), a.seq);
+  }
+}
+
+// Waits until every peer's slot [phase][part][peer] in this rank's flag area
+// holds >= seq. Leader only. Returns 0, or the error code (also stored).
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t waitPeers(P& p, const Args& a, int phase, int part) {
+  const uint64_t start = p.nowNs();
+  for (int k = 1; k < a.nranks; ++k) {
+    const int q = (a.rank + a.nranks - k) % a.nranks;
+    const uint64_t* slot = a.flags[a.rank] + flagIndex(phase, part, q);
+    for (uint64_t it = 0; p.poll(slot) < a.seq; ++it) {
+      if ((it & 63) == 63) {
+        uint32_t code = 0;
+        if (p.aborted(a.abortWord)) {
+          code = encodeError(kErrAborted, phase, q, part);
+        } else if (p.nowNs() - start > a.timeoutNs) {
+          code = encodeError(kErrTimeout, phase, q, part);
+        }
+        if (code != 0) {
+          p.setError(a.errorWord, code);
+          return code;
+        }
+      }
+      p.pause(it);
+    }
+  }
+  return 0;
+}
+
+// Direct mode: posts this rank's send and recv pointers to every peer.
+// Leader only, before the phase-0 signal (which releases them).
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN void postMail(P& p, const Args& a, int part) {
+  for (int q = 0; q < a.nranks; ++q) {
+    if (q == a.rank) continue;
+    p.signal(a.flags[q] + mailIndex(part, a.rank, 0), reinterpret_cast<uintptr_t>(a.send));
+    p.signal(a.flags[q] + mailIndex(part, a.rank, 1), reinterpret_cast<uintptr_t>(a.out));
+  }
+}
+
+// Every rank's buffer for this part: direct mode: send (which 0) or recv
+// (which 1) pointers from the mailbox (valid after the phase-0 wait);
+// otherwise the scratch input areas.
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN void buffers(P& p, const Args& a, int part, int which, char** ptrs) {
+  for (int q = 0; q < a.nranks; ++q) {
+    if (a.direct == 0) {
+      ptrs[q] = a.data[q];
+    } else if (q == a.rank) {
+      ptrs[q] = which == 0 ? a.send : a.out;
+    } else {
+      ptrs[q] = reinterpret_cast<char*>(
+          static_cast<uintptr_t>(p.poll(a.flags[a.rank] + mailIndex(part, q, which))));
+    }
+  }
+}
+
+// Signal + wait by the leader, result shared with the whole part.
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t exchangePhase(P& p, const Args& a, int phase, int part) {
+  uint32_t code = 0;
+  if (p.leader()) {
+    signalPeers(p, a, phase, part);
+    code = waitPeers(p, a, phase, part);
+  }
+  return p.share(code);
+}
+
+// One-shot All-Reduce, part `part`. Returns 0 or the error code.
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t oneShotPart(P& p, const Args& a, int part) {
+  if (a.direct != 0 && p.leader()) postMail(p, a, part);
+  const uint32_t code = exchangePhase(p, a, 0, part);
+  if (code != 0) return code;
+  char* ins[kMaxRanks];
+  buffers(p, a, part, 0, ins);
+  const Range r = pieceOf(Range{0, a.count}, a.nblocks, part, unitOf(a.elemSize));
+  if (r.hi > r.lo) p.reduce(a.out, nullptr, ins, a.nranks, r);
+  if (a.direct == 0) return 0;
+  p.barrier();
+  return exchangePhase(p, a, 2, part);
+}
+
+// Two-shot All-Reduce, part `part`. Returns 0 or the error code.
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t twoShotPart(P& p, const Args& a, int part) {
+  if (a.direct != 0 && p.leader()) postMail(p, a, part);
+  uint32_t code = exchangePhase(p, a, 0, part);
+  if (code != 0) return code;
+  const uint64_t unit = unitOf(a.elemSize);
+  const Range mine = pieceOf(sliceOf(a.count, a.nranks, a.rank, unit), a.nblocks, part, unit);
+  char* bufs[kMaxRanks];
+  buffers(p, a, part, 0, bufs);
+  // Reduce-scatter. Scratch mode: the own input area's slice becomes the
+  // reduced slice (only this rank reads it before the phase-1 signal).
+  // Direct mode: peers take it from the recv buffer.
+  char* keep = a.direct != 0 ? nullptr : a.data[a.rank];
+  if (mine.hi > mine.lo) p.reduce(a.out, keep, bufs, a.nranks, mine);
+  p.barrier();
+  code = exchangePhase(p, a, 1, part);
+  if (code != 0) return code;
+  // All-gather: every other slice from its owner, starting with the next rank.
+  buffers(p, a, part, 1, bufs);
+  for (int k = 1; k < a.nranks; ++k) {
+    const int q = (a.rank + k) % a.nranks;
+    const Range r = pieceOf(sliceOf(a.count, a.nranks, q, unit), a.nblocks, part, unit);
+    if (r.hi > r.lo) p.copy(a.out, bufs[q], r);
+  }
+  if (a.direct == 0) return 0;
+  p.barrier();
+  return exchangePhase(p, a, 2, part);
+}
+
+// Scratch layout of one rank: flag area, padding, input area 0, input area 1.
+inline constexpr size_t kFlagAreaBytes = 64 << 10;  // >= kFlagWords * 8, 64 KiB aligned
+static_assert((kFlagWords + kMailWords) * sizeof(uint64_t) <= kFlagAreaBytes,
+              "flag area too small");
+TIDE_DC_FN size_t scratchBytes(size_t areaBytes) { return kFlagAreaBytes + 2 * areaBytes; }
+TIDE_DC_FN size_t areaOffset(size_t areaBytes, uint64_t seq) {
+  return kFlagAreaBytes + static_cast<size_t>(seq & 1) * areaBytes;
+}
+
+}  // namespace tide::cuda::dc

@@ -1,0 +1,373 @@
+// The device All-Reduce engine's algorithm logic (src/cuda/device_coll_logic.h)
+// on the CPU: the very step functions the CUDA kernels run, with one
+// std::thread per rank, host memory for the scratch areas, std::atomic_ref
+// for the flags and the host reduction kernels for the element math. Checked
+// bit for bit against a serial fold in rank order: every dtype x op, n = 1..8,
+// one-shot and two-shot, scratch and direct mode, odd and zero counts, in
+// place and out of place, the two input areas reused over several calls; then the slice arithmetic,
+// and the timeout and abort paths (error word contents, bounded return).
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/config.h"
+#include "core/kernels.h"
+#include "core/registry.h"
+#include "core/types.h"
+#include "cuda/cuda_loader.h"
+#include "cuda/device_coll.h"
+#include "cuda/device_coll_logic.h"
+
+namespace tide::cuda::dc {
+namespace {
+
+// One part of one rank on the CPU: a single "thread" per block.
+struct HostPlatform {
+  ReduceFn fn;
+  int elemSize;
+  std::vector<uint8_t>* tmp;
+
+  bool leader() const { return true; }
+  uint32_t share(uint32_t v) const { return v; }
+  void barrier() const {}
+  void signal(uint64_t* f, uint64_t v) const {
+    std::atomic_ref<uint64_t>(*f).store(v, std::memory_order_release);
+  }
+  uint64_t poll(const uint64_t* f) const {
+    return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(f)).load(std::memory_order_acquire);
+  }
+  uint64_t nowNs() const {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  }
+  bool aborted(const volatile uint32_t* w) const {
+    return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(w)).load(std::memory_order_acquire) !=
+           0;
+  }
+  void pause(uint64_t it) const {
+    if (it < 64) return;
+    if (it < 1024) {
+      sched_yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  void setError(uint32_t* w, uint32_t code) const {
+    uint32_t zero = 0;
+    std::atomic_ref<uint32_t>(*w).compare_exchange_strong(zero, code);
+  }
+  void reduce(char* out, char* out2, char* const* ins, int n, Range r) const {
+    const size_t len = r.hi - r.lo;
+    const size_t off = r.lo * elemSize;
+    if (len == 0) return;  // empty slice: buffers may be null
+    tmp->resize(len * elemSize);
+    memcpy(tmp->data(), ins[0] + off, len * elemSize);
+    for (int k = 1; k < n; ++k) fn(tmp->data(), tmp->data(), ins[k] + off, len);
+    memcpy(out + off, tmp->data(), len * elemSize);
+    if (out2 != nullptr) memcpy(out2 + off, tmp->data(), len * elemSize);
+  }
+  void copy(char* dst, const char* src, Range r) const {
+    if (r.hi == r.lo) return;
+    memcpy(dst + r.lo * elemSize, src + r.lo * elemSize, (r.hi - r.lo) * elemSize);
+  }
+};
+
+// The node: every rank's scratch (flag area + two input areas) in host memory.
+struct Node {
+  int n;
+  size_t areaBytes;
+  std::vector<std::vector<uint64_t>> scratch;  // 8-byte aligned storage
+  uint32_t abortWord = 0;
+  std::vector<uint32_t> errorWord;
+
+  Node(int ranks, size_t area) : n(ranks), areaBytes((area + 15) / 16 * 16), errorWord(ranks, 0) {
+    for (int r = 0; r < n; ++r) scratch.emplace_back(scratchBytes(areaBytes) / 8 + 2, 0);
+  }
+  char* base(int r) { return reinterpret_cast<char*>(scratch[r].data()); }
+  Args args(int rank, uint64_t seq, uint64_t count, int elemSize, int nblocks, char* out,
+            uint64_t timeoutNs) {
+    Args a{};
+    a.rank = rank;
+    a.nranks = n;
+    a.nblocks = nblocks;
+    a.elemSize = elemSize;
+    a.count = count;
+    a.seq = seq;
+    a.timeoutNs = timeoutNs;
+    for (int q = 0; q < n; ++q) {
+      a.data[q] = base(q) + areaOffset(areaBytes, seq);
+      a.flags[q] = reinterpret_cast<uint64_t*>(base(q));
+    }
+    a.out = out;
+    a.abortWord = &abortWord;
+    a.errorWord = &errorWord[rank];
+    return a;
+  }
+};
+
+constexpr uint64_t kLongNs = 20'000'000'000ull;  // 20 s: never hit by a healthy run
+
+// Runs the parts of one rank in order (the same order on every rank).
+uint32_t runRank(bool twoShot, const Args& a, ReduceFn fn) {
+  std::vector<uint8_t> tmp;
+  HostPlatform p{fn, a.elemSize, &tmp};
+  for (int b = 0; b < a.nblocks; ++b) {
+    const uint32_t code = twoShot ? twoShotPart(p, a, b) : oneShotPart(p, a, b);
+    if (code != 0) return code;
+  }
+  return 0;
+}
+
+void fillRandom(std::vector<uint8_t>* v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (auto& x : *v) x = static_cast<uint8_t>(rng());
+}
+
+// Several collective calls on one node (areas reused by parity); returns the
+// number of wrong results.
+int runCase(tideDataType_t dt, RedOp op, int n, bool twoShot, bool direct, uint64_t seed) {
+  const KernelTable* host = kernelsFor(MemType::Host);
+  const ReduceFn fn = host->reduceFn(dt, op);
+  const int es = static_cast<int>(dtypeSize(dt));
+  const std::vector<uint64_t> counts = {1, 37, 0, 1001, 7, 4099};
+  Node node(n, 4099 * es);
+  int wrong = 0;
+  for (size_t c = 0; c < counts.size(); ++c) {
+    const uint64_t count = counts[c];
+    const uint64_t seq = c + 1;
+    const bool inPlace = (c % 2) == 1;
+    const int nblocks = 1 + static_cast<int>((seed + c) % 3);
+    std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * es));
+    std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * es + 1));
+    for (int r = 0; r < n; ++r) fillRandom(&in[r], seed * 131 + c * 17 + r);
+    std::vector<uint8_t> want = in[0];
+    for (int r = 1; r < n; ++r) fn(want.data(), want.data(), in[r].data(), count);
+    std::vector<std::thread> threads;
+    std::vector<uint32_t> codes(n, 0);
+    for (int r = 0; r < n; ++r) {
+      // The copy-in the host side does on the stream before the kernel; for
+      // in place the output is the input buffer itself.
+      // Direct mode reads the user buffers, except one-shot in place.
+      char* outBuf = reinterpret_cast<char*>(inPlace ? in[r].data() : out[r].data());
+      char* area = node.base(r) + areaOffset(node.areaBytes, seq);
+      if (count > 0) memcpy(area, in[r].data(), count * es);
+      Args a = node.args(r, seq, count, es, nblocks, outBuf, kLongNs);
+      a.direct = direct ? 1 : 0;
+      a.send = (!direct || (inPlace && !twoShot)) ? area : reinterpret_cast<char*>(in[r].data());
+      threads.emplace_back([&codes, r, a, fn, twoShot] { codes[r] = runRank(twoShot, a, fn); });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      const uint8_t* got = inPlace ? in[r].data() : out[r].data();
+      if (codes[r] != 0 || (count > 0 && memcmp(got, want.data(), count * es) != 0)) {
+        ++wrong;
+        ADD_FAILURE() << dtypeName(dt) << " op " << static_cast<int>(op) << " n " << n
+                      << (twoShot ? " two-shot" : " one-shot") << (direct ? " direct" : "")
+                      << " count " << count << (inPlace ? " in place" : "") << " rank " << r
+                      << " code " << codes[r];
+      }
+    }
+  }
+  return wrong;
+}
+
+TEST(DeviceCollLogic, EveryDtypeOpRanksAndAlgorithm) {
+  ASSERT_NE(kernelsFor(MemType::Host), nullptr);
+  int cases = 0;
+  for (int t = 0; t < tideNumTypes; ++t) {
+    for (int o = 0; o < 4; ++o) {
+      for (int n = 1; n <= kMaxRanks; ++n) {
+        for (int mode = 0; mode < 4; ++mode) {
+          const bool two = (mode & 1) != 0;
+          const bool direct = (mode & 2) != 0;
+          const uint64_t seed = static_cast<uint64_t>(((t * 4 + o) * 9 + n) * 4 + mode);
+          ASSERT_EQ(
+              runCase(static_cast<tideDataType_t>(t), static_cast<RedOp>(o), n, two, direct, seed),
+              0);
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, tideNumTypes * 4 * kMaxRanks * 4);
+}
+
+TEST(DeviceCollLogic, SlicesTileTheRangeAligned) {
+  std::mt19937_64 rng(7);
+  for (int iter = 0; iter < 20000; ++iter) {
+    const uint64_t count = rng() % 5000;
+    const int n = 1 + static_cast<int>(rng() % kMaxRanks);
+    const int nb = 1 + static_cast<int>(rng() % kMaxBlocks);
+    const int es = std::vector<int>{1, 2, 4, 8}[rng() % 4];
+    const uint64_t unit = unitOf(es);
+    uint64_t next = 0;
+    for (int p = 0; p < n; ++p) {
+      const Range s = sliceOf(count, n, p, unit);
+      ASSERT_LE(s.lo, s.hi);
+      ASSERT_EQ(s.lo, next) << "slices must tile [0, count)";
+      for (int b = 0; b < nb; ++b) {
+        const Range r = pieceOf(s, nb, b, unit);
+        ASSERT_EQ(r.lo, next);
+        ASSERT_LE(r.hi, s.hi);
+        if (r.hi > r.lo) {
+          ASSERT_EQ(r.lo * es % 16, 0u) << "part start not 16-byte aligned";
+        }
+        next = r.hi;
+      }
+      ASSERT_EQ(next, s.hi);
+    }
+    ASSERT_EQ(next, count);
+  }
+}
+
+TEST(DeviceCollLogic, MissingPeerTimesOutWithCode) {
+  const KernelTable* host = kernelsFor(MemType::Host);
+  const ReduceFn fn = host->reduceFn(tideFloat32, RedOp::Sum);
+  for (bool two : {false, true}) {
+    // Rank 2 of 3 never runs: ranks 0 and 1 must give up in phase 0.
+    Node node(3, 1024);
+    std::vector<float> out0(64), out1(64);
+    const uint64_t timeout = 50'000'000;  // 50 ms
+    const auto t0 = std::chrono::steady_clock::now();
+    uint32_t c0 = 0, c1 = 0;
+    std::thread t([&] {
+      c1 = runRank(two, node.args(1, 1, 64, 4, 2, reinterpret_cast<char*>(out1.data()), timeout),
+                   fn);
+    });
+    c0 = runRank(two, node.args(0, 1, 64, 4, 2, reinterpret_cast<char*>(out0.data()), timeout), fn);
+    t.join();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(secs, 5.0) << "a wait was not bounded";
+    for (uint32_t c : {c0, c1}) {
+      EXPECT_EQ(errorKind(c), kErrTimeout);
+      EXPECT_EQ(errorPhase(c), 0);
+      EXPECT_EQ(errorPeer(c), 2);
+      EXPECT_EQ(errorPart(c), 0);
+    }
+    EXPECT_EQ(node.errorWord[0], c0);
+    EXPECT_EQ(node.errorWord[1], c1);
+    EXPECT_EQ(node.errorWord[2], 0u);
+  }
+}
+
+TEST(DeviceCollLogic, TwoShotPeerStuckAfterInputTimesOutInPhaseOne) {
+  const ReduceFn fn = kernelsFor(MemType::Host)->reduceFn(tideInt32, RedOp::Max);
+  Node node(3, 1024);
+  std::vector<int32_t> out0(100), out1(100);
+  const uint64_t timeout = 50'000'000;
+  // Rank 2 signals "input ready" for its only part, then stops.
+  std::vector<uint8_t> tmp;
+  HostPlatform p2{fn, 4, &tmp};
+  std::vector<int32_t> out2(100);
+  signalPeers(p2, node.args(2, 1, 100, 4, 1, reinterpret_cast<char*>(out2.data()), timeout), 0, 0);
+  uint32_t c1 = 0;
+  std::thread t([&] {
+    c1 = runRank(true, node.args(1, 1, 100, 4, 1, reinterpret_cast<char*>(out1.data()), timeout),
+                 fn);
+  });
+  const uint32_t c0 =
+      runRank(true, node.args(0, 1, 100, 4, 1, reinterpret_cast<char*>(out0.data()), timeout), fn);
+  t.join();
+  for (uint32_t c : {c0, c1}) {
+    EXPECT_EQ(errorKind(c), kErrTimeout);
+    EXPECT_EQ(errorPhase(c), 1);
+    EXPECT_EQ(errorPeer(c), 2);
+  }
+}
+
+TEST(DeviceCollLogic, AbortWordStopsWaitsAtOnce) {
+  const ReduceFn fn = kernelsFor(MemType::Host)->reduceFn(tideFloat64, RedOp::Min);
+  Node node(4, 4096);
+  std::vector<double> out(8);
+  std::atomic_ref<uint32_t>(node.abortWord).store(0);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::atomic_ref<uint32_t>(node.abortWord).store(1, std::memory_order_release);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  // Rank 1 alone, peers absent, 20 s timeout: only the abort can end it.
+  const uint32_t c =
+      runRank(false, node.args(1, 1, 8, 8, 3, reinterpret_cast<char*>(out.data()), kLongNs), fn);
+  aborter.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(errorKind(c), kErrAborted);
+  EXPECT_EQ(errorPhase(c), 0);
+  EXPECT_EQ(node.errorWord[1], c);
+  EXPECT_LT(secs, 2.0);
+}
+
+TEST(DeviceCollLogic, ErrorCodeRoundTrips) {
+  const uint32_t c = encodeError(kErrTimeout, 1, 7, 63);
+  EXPECT_EQ(errorKind(c), kErrTimeout);
+  EXPECT_EQ(errorPhase(c), 1);
+  EXPECT_EQ(errorPeer(c), 7);
+  EXPECT_EQ(errorPart(c), 63);
+}
+
+// The engine's creation on a machine without a GPU (or with TIDE_P2P_DISABLE):
+// every rank still takes part in the exchange, so all of them fail at once
+// with the reason instead of waiting for each other.
+void createEverywhere(int n, std::vector<Status>* out) {
+  std::vector<uint8_t> table;
+  std::barrier sync(n);
+  auto gather = [&](int rank, void* all, size_t bytes) {
+    sync.arrive_and_wait();
+    if (rank == 0) table.assign(bytes * n, 0);
+    sync.arrive_and_wait();
+    memcpy(table.data() + rank * bytes, static_cast<uint8_t*>(all) + rank * bytes, bytes);
+    sync.arrive_and_wait();
+    memcpy(all, table.data(), bytes * n);
+    sync.arrive_and_wait();
+    return Status::Ok();
+  };
+  out->assign(n, Status::Ok());
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      std::unique_ptr<DeviceAllReduce> e;
+      (*out)[r] = DeviceAllReduce::create(
+          r, n, {}, [&, r](void* all, size_t bytes) { return gather(r, all, bytes); }, &e);
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+TEST(DeviceAllReduceHost, CreateFailsCleanlyOnEveryRankWithoutGpu) {
+  if (gpuUsable()) GTEST_SKIP() << "a GPU is usable here: " << probeGpu().detail;
+  std::vector<Status> st;
+  const auto t0 = std::chrono::steady_clock::now();
+  createEverywhere(3, &st);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), tideSystemError) << s.message();
+    EXPECT_NE(s.message().find("no GPU"), std::string::npos) << s.message();
+  }
+  setenv("TIDE_P2P_DISABLE", "1", 1);
+  createEverywhere(2, &st);
+  unsetenv("TIDE_P2P_DISABLE");
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), tideInvalidUsage) << s.message();
+    EXPECT_NE(s.message().find("TIDE_P2P_DISABLE"), std::string::npos) << s.message();
+  }
+}
+
+TEST(DeviceAllReduceHost, RejectsBadRankCounts) {
+  std::unique_ptr<DeviceAllReduce> e;
+  auto never = [](void*, size_t) { return internalError("must not be called"); };
+  EXPECT_EQ(DeviceAllReduce::create(0, kMaxRanks + 1, {}, never, &e).code(), tideInvalidUsage);
+  EXPECT_EQ(DeviceAllReduce::create(2, 2, {}, never, &e).code(), tideInvalidUsage);
+  EXPECT_EQ(e, nullptr);
+}
+
+}  // namespace
+}  // namespace tide::cuda::dc
