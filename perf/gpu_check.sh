@@ -91,15 +91,19 @@ fi
 
 # ---- 2. GPU kernels ----------------------------------------------------------
 step "gpu suite"
-kt="$build/tests/gpu/gpu_kernels_test"
-if [ ! -x "$kt" ]; then
-  # tests/ is not configured without gtest: build the plain-main test by hand.
-  kt="$build/gpu_kernels_test"
+# Sets $gpu_exe to a plain-main GPU test: the meson-built one, else (tests/
+# is not configured without gtest) compiled here against libtide_core.a.
+gpu_test() {  # name source what
+  gpu_exe="$build/tests/gpu/$1"
+  [ -x "$gpu_exe" ] && return
+  gpu_exe="$build/$1"
   c++ -std=c++20 -O2 -D_GNU_SOURCE -DTIDE_TEST_CUDA_KERNELS=1 -I"$root/include" -I"$root/src" \
-    -I"$root" -I"$build" -I"$build/src" "$root/tests/gpu/test_gpu_kernels.cc" \
+    -I"$root" -I"$build" -I"$build/src" "$root/tests/gpu/$2" \
     -Wl,--whole-archive "$build/libtide_core.a" -Wl,--no-whole-archive -lpthread -ldl -lrt \
-    -o "$kt" >>"$log" 2>&1 || row "gpu kernel test" "FAILED" "does not compile"
-fi
+    -o "$gpu_exe" >>"$log" 2>&1 || row "$3" "FAILED" "does not compile"
+}
+gpu_test gpu_kernels_test test_gpu_kernels.cc "gpu kernel test"
+kt=$gpu_exe
 if [ -x "$kt" ]; then
   out=$(timeout 120 "$kt" 2>&1); rc=$?
   echo "$out" >>"$log"
@@ -117,15 +121,8 @@ fi
 
 # ---- 2b. Device All-Reduce engine (one-shot / two-shot over peer-mapped scratch) ----
 step "device all-reduce engine"
-dct="$build/tests/gpu/device_coll_test"
-if [ ! -x "$dct" ]; then
-  # tests/ is not configured without gtest: build the plain-main test by hand.
-  dct="$build/device_coll_test"
-  c++ -std=c++20 -O2 -D_GNU_SOURCE -DTIDE_TEST_CUDA_KERNELS=1 -I"$root/include" -I"$root/src" \
-    -I"$root" -I"$build" -I"$build/src" "$root/tests/gpu/test_device_coll.cc" \
-    -Wl,--whole-archive "$build/libtide_core.a" -Wl,--no-whole-archive -lpthread -ldl -lrt \
-    -o "$dct" >>"$log" 2>&1 || row "device all-reduce test" "FAILED" "does not compile"
-fi
+gpu_test device_coll_test test_device_coll.cc "device all-reduce test"
+dct=$gpu_exe
 if [ -x "$dct" ]; then
   dcmax=""
   [ "${QUICK:-0}" = 1 ] && dcmax=$((8 << 20))
