@@ -21,9 +21,7 @@ void SetPointers(Bench* b) {
                         : b->send_base;
 }
 
-tideResult_t Issue(const Bench& b) {
-  return b.be->AllGather(b.send, b.recv, b.count, b.dt->id);
-}
+tideResult_t Issue(const Bench& b) { return b.be->AllGather(b.send, b.recv, b.count, b.dt->id); }
 
 void Prepare(const Bench& b, const Pattern& p) {
   tide_perf::GarbageRecv(b);
@@ -42,7 +40,7 @@ uint64_t Check(const Bench& b, const Pattern& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const tide_perf::Collective kColl = {
-      "AllGather", false, false, true, Sizes, BusFactor, SetPointers, Issue, Prepare, Check};
+  static const tide_perf::Collective kColl = {"AllGather", false,       false, true,    Sizes,
+                                              BusFactor,   SetPointers, Issue, Prepare, Check};
   return tide_perf::PerfMain(argc, argv, kColl);
 }

@@ -16,9 +16,7 @@ size_t Sizes(size_t bytes, size_t elem, int n, Bench* b) {
 
 double BusFactor(int n) { return static_cast<double>(n - 1) / n; }
 
-tideResult_t Issue(const Bench& b) {
-  return b.be->AlltoAll(b.send, b.recv, b.count, b.dt->id);
-}
+tideResult_t Issue(const Bench& b) { return b.be->AlltoAll(b.send, b.recv, b.count, b.dt->id); }
 
 void Prepare(const Bench& b, const Pattern& p) {
   tide_perf::GarbageRecv(b);
@@ -40,7 +38,7 @@ uint64_t Check(const Bench& b, const Pattern& p) {
 
 int main(int argc, char** argv) {
   static const tide_perf::Collective kColl = {
-      "AlltoAll", false, false, false, Sizes, BusFactor, tide_perf::SamePointerInPlace,
-      Issue, Prepare, Check};
+      "AlltoAll", false,   false, false, Sizes, BusFactor, tide_perf::SamePointerInPlace,
+      Issue,      Prepare, Check};
   return tide_perf::PerfMain(argc, argv, kColl);
 }

@@ -32,7 +32,7 @@ uint64_t Check(const Bench& b, const Pattern& p) {
 
 int main(int argc, char** argv) {
   static const tide_perf::Collective kColl = {
-      "Reduce", true, true, true, Sizes, BusFactor, tide_perf::SamePointerInPlace,
-      Issue, Prepare, Check};
+      "Reduce", true,    true, true, Sizes, BusFactor, tide_perf::SamePointerInPlace,
+      Issue,    Prepare, Check};
   return tide_perf::PerfMain(argc, argv, kColl);
 }

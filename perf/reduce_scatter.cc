@@ -43,7 +43,7 @@ uint64_t Check(const Bench& b, const Pattern& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const tide_perf::Collective kColl = {
-      "ReduceScatter", true, false, true, Sizes, BusFactor, SetPointers, Issue, Prepare, Check};
+  static const tide_perf::Collective kColl = {"ReduceScatter", true,        false, true,    Sizes,
+                                              BusFactor,       SetPointers, Issue, Prepare, Check};
   return tide_perf::PerfMain(argc, argv, kColl);
 }

@@ -115,8 +115,8 @@ struct Arrays {
   }
 };
 
-void RunKernel(Kernel k, const float* __restrict a, const float* __restrict b,
-               float* __restrict c, size_t n) {
+void RunKernel(Kernel k, const float* __restrict a, const float* __restrict b, float* __restrict c,
+               size_t n) {
   if (k == Kernel::kCopy) {
     for (size_t i = 0; i < n; ++i) c[i] = a[i];
   } else {
@@ -166,8 +166,10 @@ int Sweep(const Options& o) {
     return 2;
   }
   const int nt = o.threads == 0 ? OnlineCpus() : o.threads;
-  std::printf("# stream_probe: float32, best of %d passes; copy c=a moves 2 x size bytes, "
-              "add c=a+b 3 x size; GB/s = 1e9 B/s\n", o.reps);
+  std::printf(
+      "# stream_probe: float32, best of %d passes; copy c=a moves 2 x size bytes, "
+      "add c=a+b 3 x size; GB/s = 1e9 B/s\n",
+      o.reps);
   std::printf("# %12s  %10s  %10s", "size(B)", "copy-1t", "add-1t");
   if (nt > 1) {
     const std::string copy = "copy-" + std::to_string(nt) + "t";
@@ -211,8 +213,10 @@ int Roofline(const Options& o) {
   const double floor = 2 * s;  // bytes moved per rank
   const double staged = 2 * (3 * n - 2) * s / n;
   const double bus = 2 * (n - 1) / n;
-  std::printf("# ring All-Reduce roofline: %d ranks, %zu B per rank, memory bandwidth %.2f GB/s "
-              "(%s", o.ranks, o.size, bw, how);
+  std::printf(
+      "# ring All-Reduce roofline: %d ranks, %zu B per rank, memory bandwidth %.2f GB/s "
+      "(%s",
+      o.ranks, o.size, bw, how);
   if (nt > 0) std::printf(", %d threads", nt);
   std::printf(")\n# T = ranks * bytes_moved_per_rank / bandwidth; busbw = size / T * %.3f\n", bus);
   std::printf("# %8s  %16s  %14s  %14s\n", "model", "bytes/rank", "time_us", "busbw_GB/s");

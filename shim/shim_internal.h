@@ -94,8 +94,7 @@ class Staging;  // shim/staging.h
 // pull() runs right before `op` and its push() after `op` completed (at the
 // outermost group end when inside a group, once every operation finished).
 ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
-                    std::function<tideResult_t()> op,
-                    std::shared_ptr<Staging> staging = nullptr);
+                    std::function<tideResult_t()> op, std::shared_ptr<Staging> staging = nullptr);
 
 // ---- Helpers ------------------------------------------------------------------
 size_t dtypeBytes(ncclDataType_t t);  // 0 when invalid

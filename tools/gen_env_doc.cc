@@ -38,8 +38,9 @@ std::string render() {
   int n = 0;
   const tide::KnobInfo* t = tide::knobTable(&n);
   for (int i = 0; i < n; ++i) {
-    o << "| `" << t[i].name << "` | " << (t[i].ncclAlias[0] ? std::string("`") + t[i].ncclAlias + "`" : "")
-      << " | " << typeName(t[i].type) << " | "
+    o << "| `" << t[i].name << "` | "
+      << (t[i].ncclAlias[0] ? std::string("`") + t[i].ncclAlias + "`" : "") << " | "
+      << typeName(t[i].type) << " | "
       << (t[i].defaultValue[0] ? std::string("`") + t[i].defaultValue + "`" : "(unset)") << " | "
       << t[i].doc << " |\n";
   }

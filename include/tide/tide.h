@@ -92,7 +92,6 @@ typedef enum {
   tideNumOps = 5
 } tideRedOp_t;
 
-
 /* Opaque stream handle. For host buffers: NULL means "complete before the
  * call returns"; a stream from tideStreamCreate makes operations asynchronous
  * and ordered on that stream. For device buffers a cudaStream_t cast to
@@ -111,19 +110,21 @@ typedef struct {
 #define TIDE_CONFIG_MAGIC 0x71DEC0F1u
 
 typedef struct tideConfig_v1 {
-  size_t size;           /* sizeof(tideConfig_t) of the caller's header */
-  unsigned int magic;    /* TIDE_CONFIG_MAGIC */
-  unsigned int version;  /* TIDE_VERSION_CODE of the caller's header */
-  int blocking;          /* 1 (default): init blocks; 0: returns tideInProgress */
-  int timeoutSeconds;    /* no-progress timeout for a peer; <= 0 disables */
-  const char* commName;  /* optional label used in logs */
-  int reserved[16];      /* room to grow; keep zero */
+  size_t size;          /* sizeof(tideConfig_t) of the caller's header */
+  unsigned int magic;   /* TIDE_CONFIG_MAGIC */
+  unsigned int version; /* TIDE_VERSION_CODE of the caller's header */
+  int blocking;         /* 1 (default): init blocks; 0: returns tideInProgress */
+  int timeoutSeconds;   /* no-progress timeout for a peer; <= 0 disables */
+  const char* commName; /* optional label used in logs */
+  int reserved[16];     /* room to grow; keep zero */
 } tideConfig_t;
 
-#define TIDE_CONFIG_INITIALIZER                                                   \
-  {                                                                               \
-    sizeof(tideConfig_t), TIDE_CONFIG_MAGIC, TIDE_VERSION_CODE,                   \
-        TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, NULL, { 0 }                 \
+#define TIDE_CONFIG_INITIALIZER                                                        \
+  {                                                                                    \
+    sizeof(tideConfig_t), TIDE_CONFIG_MAGIC, TIDE_VERSION_CODE, TIDE_CONFIG_UNDEF_INT, \
+        TIDE_CONFIG_UNDEF_INT, NULL, {                                                 \
+      0                                                                                \
+    }                                                                                  \
   }
 
 /* ---- Communicators --------------------------------------------------------*/
@@ -137,8 +138,8 @@ tideResult_t tideGetUniqueId(tideUniqueId* uniqueId);
 
 /* Collective over the nranks callers. Blocks until every rank has joined. */
 tideResult_t tideCommInitRank(tideComm_t* comm, int nranks, tideUniqueId commId, int rank);
-tideResult_t tideCommInitRankConfig(tideComm_t* comm, int nranks, tideUniqueId commId,
-                                    int rank, tideConfig_t* config);
+tideResult_t tideCommInitRankConfig(tideComm_t* comm, int nranks, tideUniqueId commId, int rank,
+                                    tideConfig_t* config);
 
 /* Builds a communicator from a launcher's environment: tiderun's TIDE_*,
  * torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (meeting on
@@ -215,11 +216,9 @@ tideResult_t tideAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            tideDataType_t datatype, tideRedOp_t op, tideComm_t comm,
                            tideStream_t stream);
 tideResult_t tideBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           tideDataType_t datatype, int root, tideComm_t comm,
-                           tideStream_t stream);
-tideResult_t tideReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        tideDataType_t datatype, tideRedOp_t op, int root, tideComm_t comm,
-                        tideStream_t stream);
+                           tideDataType_t datatype, int root, tideComm_t comm, tideStream_t stream);
+tideResult_t tideReduce(const void* sendbuff, void* recvbuff, size_t count, tideDataType_t datatype,
+                        tideRedOp_t op, int root, tideComm_t comm, tideStream_t stream);
 tideResult_t tideAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            tideDataType_t datatype, tideComm_t comm, tideStream_t stream);
 tideResult_t tideReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,

@@ -59,16 +59,16 @@ class Backend {
   virtual tideResult_t HostAllGather(const void* send, void* recv, size_t bytes) = 0;
 
   // The measured operations (asynchronous until Sync when not blocking).
-  virtual tideResult_t AllReduce(const void* send, void* recv, size_t count,
-                                 tideDataType_t type, tideRedOp_t op) = 0;
+  virtual tideResult_t AllReduce(const void* send, void* recv, size_t count, tideDataType_t type,
+                                 tideRedOp_t op) = 0;
   // `count`: elements each rank sends.
   virtual tideResult_t AllGather(const void* send, void* recv, size_t count,
                                  tideDataType_t type) = 0;
   // `count`: elements each rank receives.
   virtual tideResult_t ReduceScatter(const void* send, void* recv, size_t count,
                                      tideDataType_t type, tideRedOp_t op) = 0;
-  virtual tideResult_t Broadcast(const void* send, void* recv, size_t count,
-                                 tideDataType_t type, int root) = 0;
+  virtual tideResult_t Broadcast(const void* send, void* recv, size_t count, tideDataType_t type,
+                                 int root) = 0;
   virtual tideResult_t Reduce(const void* send, void* recv, size_t count, tideDataType_t type,
                               tideRedOp_t op, int root) = 0;
   // `count`: elements sent to (and received from) each peer.

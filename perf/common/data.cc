@@ -29,9 +29,9 @@ struct Alias {
   tideDataType_t id;
 };
 const Alias kAliases[] = {
-    {"char", tideInt8},         {"int", tideInt32},         {"float16", tideFloat16},
-    {"fp16", tideFloat16},      {"float32", tideFloat32},   {"fp32", tideFloat32},
-    {"float64", tideFloat64},   {"fp64", tideFloat64},      {"bf16", tideBfloat16},
+    {"char", tideInt8},           {"int", tideInt32},       {"float16", tideFloat16},
+    {"fp16", tideFloat16},        {"float32", tideFloat32}, {"fp32", tideFloat32},
+    {"float64", tideFloat64},     {"fp64", tideFloat64},    {"bf16", tideBfloat16},
     {"fp8_e4m3", tideFloat8e4m3}, {"e4m3", tideFloat8e4m3}, {"float8e4m3", tideFloat8e4m3},
     {"fp8_e5m2", tideFloat8e5m2}, {"e5m2", tideFloat8e5m2}, {"float8e5m2", tideFloat8e5m2},
 };
@@ -169,14 +169,40 @@ void Encode(const DType& dt, double v, void* dst) {
 
 double Decode(const DType& dt, const void* src) {
   switch (dt.id) {
-    case tideInt8: return *static_cast<const int8_t*>(src);
-    case tideUint8: return *static_cast<const uint8_t*>(src);
-    case tideInt32: { int32_t x; std::memcpy(&x, src, 4); return x; }
-    case tideUint32: { uint32_t x; std::memcpy(&x, src, 4); return x; }
-    case tideInt64: { int64_t x; std::memcpy(&x, src, 8); return static_cast<double>(x); }
-    case tideUint64: { uint64_t x; std::memcpy(&x, src, 8); return static_cast<double>(x); }
-    case tideFloat32: { float x; std::memcpy(&x, src, 4); return x; }
-    case tideFloat64: { double x; std::memcpy(&x, src, 8); return x; }
+    case tideInt8:
+      return *static_cast<const int8_t*>(src);
+    case tideUint8:
+      return *static_cast<const uint8_t*>(src);
+    case tideInt32: {
+      int32_t x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+    case tideUint32: {
+      uint32_t x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+    case tideInt64: {
+      int64_t x;
+      std::memcpy(&x, src, 8);
+      return static_cast<double>(x);
+    }
+    case tideUint64: {
+      uint64_t x;
+      std::memcpy(&x, src, 8);
+      return static_cast<double>(x);
+    }
+    case tideFloat32: {
+      float x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+    case tideFloat64: {
+      double x;
+      std::memcpy(&x, src, 8);
+      return x;
+    }
     default: {
       uint32_t bits = 0;
       std::memcpy(&bits, src, dt.size);
@@ -198,9 +224,8 @@ Pattern::Pattern(const DType& dt, int op, int nranks, uint64_t seed)
 double Pattern::Value(int rank, size_t index, uint64_t* raw) const {
   const uint64_t h = Mix64(seed_ ^ Mix64((static_cast<uint64_t>(rank) << 40) ^ index));
   *raw = h;
-  const bool active =
-      static_cast<int>((static_cast<size_t>(rank) + index) % static_cast<size_t>(nranks_)) <
-      window_;
+  const bool active = static_cast<int>((static_cast<size_t>(rank) + index) %
+                                       static_cast<size_t>(nranks_)) < window_;
   const bool sg = dt_.is_signed;
   switch (op_) {
     case tideSum:
@@ -260,11 +285,21 @@ Table Pattern::Reduced(size_t span) const {
         continue;
       }
       switch (op_) {
-        case tideSum: case tideAvg: acc += v; break;
-        case tideProd: acc *= v; break;
-        case tideMax: acc = std::max(acc, v); break;
-        case tideMin: acc = std::min(acc, v); break;
-        default: break;
+        case tideSum:
+        case tideAvg:
+          acc += v;
+          break;
+        case tideProd:
+          acc *= v;
+          break;
+        case tideMax:
+          acc = std::max(acc, v);
+          break;
+        case tideMin:
+          acc = std::min(acc, v);
+          break;
+        default:
+          break;
       }
     }
     if (op_ == tideAvg) {

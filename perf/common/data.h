@@ -31,8 +31,8 @@ struct DType {
   const char* name;  // as nccl-tests prints it
   size_t size;
   bool is_float;
-  bool is_signed;    // true for signed integers and every float type
-  int exp_bits;      // minifloats only (half, bfloat16, fp8); 0 for native types
+  bool is_signed;  // true for signed integers and every float type
+  int exp_bits;    // minifloats only (half, bfloat16, fp8); 0 for native types
   int man_bits;
   bool finite_only;  // fp8 e4m3: no infinities, only S.1111.111 is NaN
   double epsilon;    // distance from 1.0 to the next representable value
@@ -48,8 +48,8 @@ const DType* FindDType(const std::string& name);
 // Reduction selector of a test: a tideRedOp_t value, or kOpNone for data
 // movement collectives (which then get random bit patterns).
 constexpr int kOpNone = -1;
-const char* OpName(int op);               // "sum", ..., "none"
-int FindOp(const std::string& name);      // tideRedOp_t, or -2 when unknown
+const char* OpName(int op);           // "sum", ..., "none"
+int FindOp(const std::string& name);  // tideRedOp_t, or -2 when unknown
 const std::vector<int>& AllOps();
 
 // Writes `v` as one element of `dt` to dst (round to nearest even for floats;

@@ -1,5 +1,4 @@
 #include "common/harness.h"
-#include "common/parse.h"
 
 #include <getopt.h>
 #include <unistd.h>
@@ -12,6 +11,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "common/parse.h"
 
 #ifdef TIDE_PERF_MPI
 namespace tide_perf {
@@ -46,8 +47,8 @@ struct Options {
 // environment tells which process that is. Returns -1 when unknown (then
 // every process prints).
 int GuessRank() {
-  for (const char* var : {"TIDE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK",
-                          "SLURM_PROCID"}) {
+  for (const char* var :
+       {"TIDE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"}) {
     const char* v = std::getenv(var);
     if (v != nullptr && *v != '\0') return std::atoi(v);
   }
@@ -95,17 +96,25 @@ bool ParseInt(const char* s, int lo, int hi, int* out) {
 // Returns -1 to continue, else an exit status.
 int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options* o) {
   constexpr int kArg = required_argument;
-  static const struct option kLong[] = {
-      {"nthreads", kArg, nullptr, 't'},     {"ngpus", kArg, nullptr, 'g'},
-      {"minbytes", kArg, nullptr, 'b'},     {"maxbytes", kArg, nullptr, 'e'},
-      {"stepbytes", kArg, nullptr, 'i'},    {"stepfactor", kArg, nullptr, 'f'},
-      {"iters", kArg, nullptr, 'n'},        {"agg_iters", kArg, nullptr, 'm'},
-      {"warmup_iters", kArg, nullptr, 'w'}, {"check", kArg, nullptr, 'c'},
-      {"op", kArg, nullptr, 'o'},           {"datatype", kArg, nullptr, 'd'},
-      {"root", kArg, nullptr, 'r'},         {"blocking", kArg, nullptr, 'z'},
-      {"average", kArg, nullptr, 'a'},      {"cudagraph", kArg, nullptr, 'G'},
-      {"help", no_argument, nullptr, 'h'},  {"traffic", no_argument, nullptr, 1000},
-      {nullptr, 0, nullptr, 0}};
+  static const struct option kLong[] = {{"nthreads", kArg, nullptr, 't'},
+                                        {"ngpus", kArg, nullptr, 'g'},
+                                        {"minbytes", kArg, nullptr, 'b'},
+                                        {"maxbytes", kArg, nullptr, 'e'},
+                                        {"stepbytes", kArg, nullptr, 'i'},
+                                        {"stepfactor", kArg, nullptr, 'f'},
+                                        {"iters", kArg, nullptr, 'n'},
+                                        {"agg_iters", kArg, nullptr, 'm'},
+                                        {"warmup_iters", kArg, nullptr, 'w'},
+                                        {"check", kArg, nullptr, 'c'},
+                                        {"op", kArg, nullptr, 'o'},
+                                        {"datatype", kArg, nullptr, 'd'},
+                                        {"root", kArg, nullptr, 'r'},
+                                        {"blocking", kArg, nullptr, 'z'},
+                                        {"average", kArg, nullptr, 'a'},
+                                        {"cudagraph", kArg, nullptr, 'G'},
+                                        {"help", no_argument, nullptr, 'h'},
+                                        {"traffic", no_argument, nullptr, 1000},
+                                        {nullptr, 0, nullptr, 0}};
   std::string type_arg = "float", op_arg = "sum";
   bool saw_i = false, saw_f = false;
   auto bad = [&](const char* what, const char* val) {
@@ -120,15 +129,20 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options
       case 'g':
         if (!ParseInt(optarg, 1, 1, &v)) {
           if (printer) {
-            std::fprintf(stderr, "%s: -%c %s is not supported: Tide perf tools run one rank per "
+            std::fprintf(stderr,
+                         "%s: -%c %s is not supported: Tide perf tools run one rank per "
                          "process with one thread; launch more ranks with tiderun -n N\n",
                          argv[0], c, optarg);
           }
           return 1;
         }
         break;
-      case 'b': if (!ParseSize(optarg, &o->min_bytes)) return bad("minbytes", optarg); break;
-      case 'e': if (!ParseSize(optarg, &o->max_bytes)) return bad("maxbytes", optarg); break;
+      case 'b':
+        if (!ParseSize(optarg, &o->min_bytes)) return bad("minbytes", optarg);
+        break;
+      case 'e':
+        if (!ParseSize(optarg, &o->max_bytes)) return bad("maxbytes", optarg);
+        break;
       case 'i':
         if (!ParseSize(optarg, &o->step_bytes)) return bad("stepbytes", optarg);
         saw_i = true;
@@ -139,14 +153,30 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options
         }
         saw_f = true;
         break;
-      case 'n': if (!ParseInt(optarg, 1, 1 << 30, &o->iters)) return bad("iters", optarg); break;
-      case 'w': if (!ParseInt(optarg, 0, 1 << 30, &o->warmup)) return bad("warmup", optarg); break;
-      case 'c': if (!ParseInt(optarg, 0, 1, &o->check)) return bad("check", optarg); break;
-      case 'z': if (!ParseInt(optarg, 0, 1, &o->blocking)) return bad("blocking", optarg); break;
-      case 'a': if (!ParseInt(optarg, 0, 3, &o->average)) return bad("average", optarg); break;
-      case 'o': op_arg = optarg; break;
-      case 1000: o->traffic = true; break;
-      case 'd': type_arg = optarg; break;
+      case 'n':
+        if (!ParseInt(optarg, 1, 1 << 30, &o->iters)) return bad("iters", optarg);
+        break;
+      case 'w':
+        if (!ParseInt(optarg, 0, 1 << 30, &o->warmup)) return bad("warmup", optarg);
+        break;
+      case 'c':
+        if (!ParseInt(optarg, 0, 1, &o->check)) return bad("check", optarg);
+        break;
+      case 'z':
+        if (!ParseInt(optarg, 0, 1, &o->blocking)) return bad("blocking", optarg);
+        break;
+      case 'a':
+        if (!ParseInt(optarg, 0, 3, &o->average)) return bad("average", optarg);
+        break;
+      case 'o':
+        op_arg = optarg;
+        break;
+      case 1000:
+        o->traffic = true;
+        break;
+      case 'd':
+        type_arg = optarg;
+        break;
       case 'r':
         if (std::strcmp(optarg, "all") == 0 || std::strcmp(optarg, "-1") == 0) {
           o->root = -1;
@@ -254,13 +284,10 @@ void Try(const Run& run, const char* what, tideResult_t res) {
   if (res != tideSuccess) Fail(run, what, res);
 }
 
-void Sync(const Run& run) {
-  Try(run, "synchronize", run.be->Sync());
-}
+void Sync(const Run& run) { Try(run, "synchronize", run.be->Sync()); }
 
 // Blocking all-reduce of host values (nothing else in flight).
-void HostAllReduce(const Run& run, void* data, size_t count, tideDataType_t type,
-                   tideRedOp_t op) {
+void HostAllReduce(const Run& run, void* data, size_t count, tideDataType_t type, tideRedOp_t op) {
   Try(run, "AllReduce (harness)", run.be->HostAllReduce(data, count, type, op));
 }
 
@@ -282,10 +309,11 @@ void PrintHeader(const Run& run) {
   if (run.rank != 0) return;
   const Options& o = run.opt;
   std::printf("# Tide perf tests: %s, %s\n", run.coll->name, run.be->Describe().c_str());
-  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
-              "iters: %d agg iters: 1 validation: %d graph: 0\n",
-              o.min_bytes, o.max_bytes, o.step_by_factor ? o.step_factor : o.step_bytes,
-              o.step_by_factor ? "factor" : "bytes", o.warmup, o.iters, o.check);
+  std::printf(
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+      "iters: %d agg iters: 1 validation: %d graph: 0\n",
+      o.min_bytes, o.max_bytes, o.step_by_factor ? o.step_factor : o.step_bytes,
+      o.step_by_factor ? "factor" : "bytes", o.warmup, o.iters, o.check);
   for (const std::string& n : o.notes) std::printf("# Note: %s\n", n.c_str());
   std::printf("#\n# Using devices\n");
   for (int r = 0; r < run.nranks; ++r) {
@@ -349,8 +377,8 @@ void Measure(Run& run, Bench& b, size_t bytes) {
   }
 }
 
-void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes,
-               char* send_base, char* recv_base) {
+void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, char* send_base,
+               char* recv_base) {
   const Collective& coll = *run.coll;
   Bench b;
   b.be = run.be;
@@ -380,9 +408,10 @@ void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes,
   if (run.rank == 0) {
     std::printf("\n");
     if (run.have_traffic) {
-      std::printf("#  traffic %12zu  intra-sent %llu intra-recv %llu inter-sent %llu "
-                  "inter-recv %llu\n",
-                  bytes, run.traffic[0], run.traffic[1], run.traffic[2], run.traffic[3]);
+      std::printf(
+          "#  traffic %12zu  intra-sent %llu intra-recv %llu inter-sent %llu "
+          "inter-recv %llu\n",
+          bytes, run.traffic[0], run.traffic[1], run.traffic[2], run.traffic[3]);
     }
     std::fflush(stdout);
   }
@@ -400,9 +429,7 @@ char* AllocTouched(size_t bytes) {
 
 size_t ElemSize(const Bench& b) { return b.dt->size; }
 
-void GarbageRecv(const Bench& b) {
-  FillGarbage(b.recv_base, b.recv_count * b.dt->size, b.seed);
-}
+void GarbageRecv(const Bench& b) { FillGarbage(b.recv_base, b.recv_count * b.dt->size, b.seed); }
 
 void SamePointerInPlace(Bench* b) {
   b->recv = b->recv_base;
@@ -427,8 +454,7 @@ int PerfMain(int argc, char** argv, const Collective& coll) {
   const Options& o = run.opt;
   if (coll.uses_root && o.root >= run.nranks) {
     if (run.rank == 0) {
-      std::fprintf(stderr, "%s: root %d is not a rank (%d ranks)\n", argv[0], o.root,
-                   run.nranks);
+      std::fprintf(stderr, "%s: root %d is not a rank (%d ranks)\n", argv[0], o.root, run.nranks);
     }
     be->Finalize();
     return 1;

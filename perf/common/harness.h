@@ -28,14 +28,14 @@ struct Bench {
   int op = kOpNone;  // tideRedOp_t, or kOpNone when the collective has no op
   int root = -1;     // -1 when the collective has no root
   bool in_place = false;
-  size_t send_count = 0;  // elements in this rank's send buffer
-  size_t recv_count = 0;  // elements in this rank's receive buffer
-  size_t count = 0;       // the count argument of the call
+  size_t send_count = 0;      // elements in this rank's send buffer
+  size_t recv_count = 0;      // elements in this rank's receive buffer
+  size_t count = 0;           // the count argument of the call
   char* send_base = nullptr;  // separate send allocation (out-of-place)
   char* recv_base = nullptr;  // receive allocation; in-place buffers live here
   void* send = nullptr;       // pointers passed to the call (set by SetPointers)
   void* recv = nullptr;
-  uint64_t seed = 0;          // fresh per check; used for garbage fills
+  uint64_t seed = 0;  // fresh per check; used for garbage fills
 };
 
 struct Collective {

@@ -16,10 +16,23 @@ inline bool ParseSize(const char* s, size_t* out) {
   if (end == s || errno != 0 || *s == '-') return false;
   unsigned long long mult = 1;
   switch (*end) {
-    case 'K': case 'k': mult = 1ull << 10; ++end; break;
-    case 'M': case 'm': mult = 1ull << 20; ++end; break;
-    case 'G': case 'g': mult = 1ull << 30; ++end; break;
-    default: break;
+    case 'K':
+    case 'k':
+      mult = 1ull << 10;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      mult = 1ull << 20;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      mult = 1ull << 30;
+      ++end;
+      break;
+    default:
+      break;
   }
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return false;

@@ -82,8 +82,7 @@ class TideBackend final : public Backend {
                          tideRedOp_t op) override {
     return tideAllReduce(send, recv, count, type, op, comm_, stream_);
   }
-  tideResult_t AllGather(const void* send, void* recv, size_t count,
-                         tideDataType_t type) override {
+  tideResult_t AllGather(const void* send, void* recv, size_t count, tideDataType_t type) override {
     return tideAllGather(send, recv, count, type, comm_, stream_);
   }
   tideResult_t ReduceScatter(const void* send, void* recv, size_t count, tideDataType_t type,
@@ -98,8 +97,7 @@ class TideBackend final : public Backend {
                       tideRedOp_t op, int root) override {
     return tideReduce(send, recv, count, type, op, root, comm_, stream_);
   }
-  tideResult_t AlltoAll(const void* send, void* recv, size_t count,
-                        tideDataType_t type) override {
+  tideResult_t AlltoAll(const void* send, void* recv, size_t count, tideDataType_t type) override {
     return tideAlltoAll(send, recv, count, type, comm_, stream_);
   }
   tideResult_t SendRecv(const void* send, int to, void* recv, int from, size_t count,

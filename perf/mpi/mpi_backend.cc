@@ -102,9 +102,12 @@ class MpiPerfBackend final : public Backend {
 
   const char* ErrorString(tideResult_t res) override {
     switch (res) {
-      case tideSuccess: return "no error";
-      case tideInvalidArgument: return "invalid argument";
-      default: return "MPI error";
+      case tideSuccess:
+        return "no error";
+      case tideInvalidArgument:
+        return "invalid argument";
+      default:
+        return "MPI error";
     }
   }
   const char* LastError() override { return last_error_.c_str(); }
@@ -129,8 +132,7 @@ class MpiPerfBackend final : public Backend {
     return Call("MPI_Allreduce", MPI_Allreduce(s, recv, n, t, o, comm_));
   }
 
-  tideResult_t AllGather(const void* send, void* recv, size_t count,
-                         tideDataType_t type) override {
+  tideResult_t AllGather(const void* send, void* recv, size_t count, tideDataType_t type) override {
     int n;
     MPI_Datatype t;
     if (tideResult_t r = Args(count, type, tideSum, &n, &t, nullptr); r != tideSuccess) return r;
@@ -146,8 +148,7 @@ class MpiPerfBackend final : public Backend {
     if (tideResult_t r = Args(count, type, op, &n, &t, &o); r != tideSuccess) return r;
     void* whole = const_cast<void*>(send);
     if (recv != Block(whole, count, type, rank_)) {
-      return Call("MPI_Reduce_scatter_block",
-                  MPI_Reduce_scatter_block(send, recv, n, t, o, comm_));
+      return Call("MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send, recv, n, t, o, comm_));
     }
     tideResult_t res = Call("MPI_Reduce_scatter_block",
                             MPI_Reduce_scatter_block(MPI_IN_PLACE, whole, n, t, o, comm_));
@@ -178,8 +179,7 @@ class MpiPerfBackend final : public Backend {
     return Call("MPI_Reduce", MPI_Reduce(s, recv, n, t, o, root, comm_));
   }
 
-  tideResult_t AlltoAll(const void* send, void* recv, size_t count,
-                        tideDataType_t type) override {
+  tideResult_t AlltoAll(const void* send, void* recv, size_t count, tideDataType_t type) override {
     int n;
     MPI_Datatype t;
     if (tideResult_t r = Args(count, type, tideSum, &n, &t, nullptr); r != tideSuccess) return r;
@@ -193,34 +193,48 @@ class MpiPerfBackend final : public Backend {
     if (tideResult_t r = Args(count, type, tideSum, &n, &t, nullptr); r != tideSuccess) return r;
     constexpr int kTag = 7;
     if (send == recv) {
-      return Call("MPI_Sendrecv_replace", MPI_Sendrecv_replace(recv, n, t, to, kTag, from, kTag,
-                                                               comm_, MPI_STATUS_IGNORE));
+      return Call("MPI_Sendrecv_replace",
+                  MPI_Sendrecv_replace(recv, n, t, to, kTag, from, kTag, comm_, MPI_STATUS_IGNORE));
     }
-    return Call("MPI_Sendrecv", MPI_Sendrecv(send, n, t, to, kTag, recv, n, t, from, kTag,
-                                             comm_, MPI_STATUS_IGNORE));
+    return Call("MPI_Sendrecv", MPI_Sendrecv(send, n, t, to, kTag, recv, n, t, from, kTag, comm_,
+                                             MPI_STATUS_IGNORE));
   }
 
  private:
   static MPI_Datatype TypeOf(tideDataType_t type) {
     switch (type) {
-      case tideInt8: return MPI_INT8_T;
-      case tideUint8: return MPI_UINT8_T;
-      case tideInt32: return MPI_INT32_T;
-      case tideUint32: return MPI_UINT32_T;
-      case tideInt64: return MPI_INT64_T;
-      case tideUint64: return MPI_UINT64_T;
-      case tideFloat32: return MPI_FLOAT;
-      case tideFloat64: return MPI_DOUBLE;
-      default: return MPI_DATATYPE_NULL;
+      case tideInt8:
+        return MPI_INT8_T;
+      case tideUint8:
+        return MPI_UINT8_T;
+      case tideInt32:
+        return MPI_INT32_T;
+      case tideUint32:
+        return MPI_UINT32_T;
+      case tideInt64:
+        return MPI_INT64_T;
+      case tideUint64:
+        return MPI_UINT64_T;
+      case tideFloat32:
+        return MPI_FLOAT;
+      case tideFloat64:
+        return MPI_DOUBLE;
+      default:
+        return MPI_DATATYPE_NULL;
     }
   }
   static MPI_Op OpOf(tideRedOp_t op) {
     switch (op) {
-      case tideSum: return MPI_SUM;
-      case tideProd: return MPI_PROD;
-      case tideMax: return MPI_MAX;
-      case tideMin: return MPI_MIN;
-      default: return MPI_OP_NULL;
+      case tideSum:
+        return MPI_SUM;
+      case tideProd:
+        return MPI_PROD;
+      case tideMax:
+        return MPI_MAX;
+      case tideMin:
+        return MPI_MIN;
+      default:
+        return MPI_OP_NULL;
     }
   }
   static size_t Size(tideDataType_t type) {

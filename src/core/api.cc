@@ -358,10 +358,10 @@ int enumArg(const E& e) {
   }
 }
 
-#define TIDE_ISSUE(fn, type, sb, rb, cnt, dt, op, root)                                      \
-  commCall(fn, comm, [&] {                                                                    \
-    return tide::issueOp(comm, stream, tide::CollType::type, sb, rb, cnt, enumArg(dt),       \
-                         enumArg(op), root);                                                  \
+#define TIDE_ISSUE(fn, type, sb, rb, cnt, dt, op, root)                                \
+  commCall(fn, comm, [&] {                                                             \
+    return tide::issueOp(comm, stream, tide::CollType::type, sb, rb, cnt, enumArg(dt), \
+                         enumArg(op), root);                                           \
   })
 
 TIDE_API tideResult_t tideAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -377,27 +377,25 @@ TIDE_API tideResult_t tideBroadcast(const void* sendbuff, void* recvbuff, size_t
 }
 
 TIDE_API tideResult_t tideReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                 tideDataType_t datatype, tideRedOp_t op, int root,
-                                 tideComm_t comm, tideStream_t stream) {
+                                 tideDataType_t datatype, tideRedOp_t op, int root, tideComm_t comm,
+                                 tideStream_t stream) {
   return TIDE_ISSUE("tideReduce", Reduce, sendbuff, recvbuff, count, datatype, op, root);
 }
 
 TIDE_API tideResult_t tideAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                    tideDataType_t datatype, tideComm_t comm,
-                                    tideStream_t stream) {
+                                    tideDataType_t datatype, tideComm_t comm, tideStream_t stream) {
   return TIDE_ISSUE("tideAllGather", AllGather, sendbuff, recvbuff, sendcount, datatype, 0, 0);
 }
 
 TIDE_API tideResult_t tideReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                        tideDataType_t datatype, tideRedOp_t op,
-                                        tideComm_t comm, tideStream_t stream) {
-  return TIDE_ISSUE("tideReduceScatter", ReduceScatter, sendbuff, recvbuff, recvcount, datatype,
-                    op, 0);
+                                        tideDataType_t datatype, tideRedOp_t op, tideComm_t comm,
+                                        tideStream_t stream) {
+  return TIDE_ISSUE("tideReduceScatter", ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op,
+                    0);
 }
 
 TIDE_API tideResult_t tideAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                                   tideDataType_t datatype, tideComm_t comm,
-                                   tideStream_t stream) {
+                                   tideDataType_t datatype, tideComm_t comm, tideStream_t stream) {
   return TIDE_ISSUE("tideAlltoAll", AlltoAll, sendbuff, recvbuff, count, datatype, 0, 0);
 }
 

@@ -111,9 +111,12 @@ constexpr const char* kRingLabel = "tide-bootstrap-ring";
 
 const char* refusalText(int32_t code) {
   switch (code) {
-    case kBootRefuseNranks: return "nranks mismatch";
-    case kBootRefuseDuplicate: return "duplicate rank";
-    default: return "bad rank, nranks or address";
+    case kBootRefuseNranks:
+      return "nranks mismatch";
+    case kBootRefuseDuplicate:
+      return "duplicate rank";
+    default:
+      return "bad rank, nranks or address";
   }
 }
 
@@ -132,8 +135,7 @@ constexpr size_t kRingPendingCap = 16;
 
 // Judges what `c` sent so far: 1 when it is the authentic rank `prev`, -1
 // when it must be dropped (reason in *why), 0 when more bytes are needed.
-int judgeRingHello(RingPending& c, const UniqueIdData& id, int prev, int nranks,
-                   std::string* why) {
+int judgeRingHello(RingPending& c, const UniqueIdData& id, int prev, int nranks, std::string* why) {
   FrameHeader h;
   if (c.got >= kFrameHeaderBytes) {
     FrameError e = parseFrameHeader(c.frame, FrameType::kRingHello, {}, &h);
@@ -186,10 +188,10 @@ Status formRing(const Socket& listener, const Socket& next, const UniqueIdData& 
   while (!prevOut->valid() || !answeredNext) {
     if (abortFlag && abortFlag->load()) return remoteError("bootstrap aborted");
     if (deadline.expired())
-      return timeoutError("bootstrap: ring with rank %d (next) and rank %d (prev) not formed "
-                          "before the timeout (%s)",
-                          nextRank, prev,
-                          answeredNext ? "no valid hello from prev" : "no challenge from next");
+      return timeoutError(
+          "bootstrap: ring with rank %d (next) and rank %d (prev) not formed "
+          "before the timeout (%s)",
+          nextRank, prev, answeredNext ? "no valid hello from prev" : "no challenge from next");
     Clock::time_point now = Clock::now();
     for (size_t i = pending.size(); i-- > 0;)
       if (now - pending[i]->acceptedAt >= kRingHandshake) drop(i, "handshake deadline passed");
@@ -286,8 +288,7 @@ Status interfaceAddress(int family, SockAddr* addr) {
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP)) continue;
     int fam = i->ifa_addr->sa_family;
-    if ((fam != AF_INET && fam != AF_INET6) || !interfaceNameMatches(filter, i->ifa_name))
-      continue;
+    if ((fam != AF_INET && fam != AF_INET6) || !interfaceNameMatches(filter, i->ifa_name)) continue;
     if (fam == AF_INET6 &&
         IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr))
       continue;
@@ -311,16 +312,17 @@ SockAddr Bootstrap::rankAddress(int r) const {
 
 Status Bootstrap::startRootOnListener(const UniqueIdData& id) {
   if (!listener_.valid())
-    return invalidUsage("this communicator's bootstrap listener was already handed to a "
-                        "shrink (shrink a communicator at most once; shrink the new one)");
+    return invalidUsage(
+        "this communicator's bootstrap listener was already handed to a "
+        "shrink (shrink a communicator at most once; shrink the new one)");
   return startBootstrapRootOn(std::move(listener_), id);
 }
 
 Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeoutSec,
                          const std::atomic<bool>* abortFlag, std::unique_ptr<Bootstrap>* out) {
   if (nranks < 1 || nranks > kMaxBootRanks || rank < 0 || rank >= nranks)
-    return invalidArgument("bootstrap: rank %d of %d is out of range (1 to %d ranks)", rank,
-                           nranks, kMaxBootRanks);
+    return invalidArgument("bootstrap: rank %d of %d is out of range (1 to %d ranks)", rank, nranks,
+                           kMaxBootRanks);
   std::unique_ptr<Bootstrap> b(new Bootstrap());
   b->rank_ = rank;
   b->nranks_ = nranks;
@@ -357,8 +359,8 @@ Status Bootstrap::create(const UniqueIdData& id, int rank, int nranks, int timeo
 
   // 3. Status, then everybody's listening address (length fixed by nranks).
   uint8_t code[4];
-  TIDE_TRY(recvFrame(root, FrameType::kStatus, {}, code, sizeof(code), deadline, abortFlag,
-                     rootName));
+  TIDE_TRY(
+      recvFrame(root, FrameType::kStatus, {}, code, sizeof(code), deadline, abortFlag, rootName));
   int32_t status = static_cast<int32_t>(code[0] | (code[1] << 8) | (code[2] << 16) |
                                         (static_cast<uint32_t>(code[3]) << 24));
   if (status != 0)
@@ -423,8 +425,8 @@ Status Bootstrap::exchange(const void* sbuf, void* rbuf, size_t bytes, uint8_t t
         if (got + m == kFrameHeaderBytes) {
           FrameError e = parseFrameHeader(rhdr, ft, lim, &h);
           if (e != FrameError::kOk)
-            return remoteError("bootstrap: bad %s frame from rank %d: %s",
-                               frameTypeName(type), (rank_ - 1 + nranks_) % nranks_,
+            return remoteError("bootstrap: bad %s frame from rank %d: %s", frameTypeName(type),
+                               (rank_ - 1 + nranks_) % nranks_,
                                describeFrameError(e, h, ft, lim).c_str());
         }
       } else {

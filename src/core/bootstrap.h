@@ -67,8 +67,8 @@ class Bootstrap {
   std::string localAddress_;
   Socket listener_;              // kept open for shrink (see startRootOnListener)
   std::vector<WireAddr> table_;  // every rank's listening address
-  Socket next_;  // to rank + 1
-  Socket prev_;  // from rank - 1
+  Socket next_;                  // to rank + 1
+  Socket prev_;                  // from rank - 1
 };
 
 // ---- Wire format shared by the root and the ranks --------------------------------

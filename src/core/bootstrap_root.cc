@@ -50,7 +50,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kHandshake = std::chrono::seconds(2);         // accept -> complete hello
+constexpr auto kHandshake = std::chrono::seconds(2);           // accept -> complete hello
 constexpr auto kMinEvictAge = std::chrono::milliseconds(100);  // spare fresh connections
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);  // after EMFILE and the like
 constexpr size_t kBasePending = 64;
@@ -76,7 +76,7 @@ struct Pending {
   size_t challengeSent = 0;
   uint8_t frame[kFrameHeaderBytes + kHelloBytes];  // raw hello frame as received
   size_t frameGot = 0;
-  BootHello hello;  // decoded once complete
+  BootHello hello;    // decoded once complete
   bool done = false;  // closed or promoted; swept at the end of the loop turn
 };
 
@@ -116,10 +116,11 @@ class RootServer {
     }
     if (gather()) distribute();
     if (dropped_ > 0)
-      TIDE_WARN("bootstrap root: closed %zu connection(s) that did not complete a valid "
-                "handshake (%zu malformed frames, %zu failed authentication, %zu timed out, "
-                "%zu shed under load)",
-                dropped_, badFrame_, badAuth_, expired_, evicted_);
+      TIDE_WARN(
+          "bootstrap root: closed %zu connection(s) that did not complete a valid "
+          "handshake (%zu malformed frames, %zu failed authentication, %zu timed out, "
+          "%zu shed under load)",
+          dropped_, badFrame_, badAuth_, expired_, evicted_);
   }
 
  private:
@@ -159,8 +160,8 @@ class RootServer {
   void refuse(Pending& c, int32_t code, const char* why) {
     const BootHello& h = c.hello;
     if (++refused_ <= kLoudRefusals) {
-      TIDE_WARN("bootstrap root: refused rank %d of %d from %s: %s (communicator size %d)",
-                h.rank, h.nranks, peerName(c.sock).c_str(), why, nranks_);
+      TIDE_WARN("bootstrap root: refused rank %d of %d from %s: %s (communicator size %d)", h.rank,
+                h.nranks, peerName(c.sock).c_str(), why, nranks_);
     } else {
       TIDE_INFO("bootstrap root: refused rank %d of %d: %s", h.rank, h.nranks, why);
     }
@@ -208,8 +209,7 @@ class RootServer {
     ++badFrame_;
     std::string why = describeFrameError(e, h, FrameType::kHello, {});
     if (e == FrameError::kVersion && ++versions_ <= kLoudVersions) {
-      TIDE_WARN("bootstrap root: %s sent a hello with %s", peerName(c.sock).c_str(),
-                why.c_str());
+      TIDE_WARN("bootstrap root: %s sent a hello with %s", peerName(c.sock).c_str(), why.c_str());
     }
     dropJunk(c, why.c_str());
     return false;
@@ -220,8 +220,10 @@ class RootServer {
     if (revents & (POLLERR | POLLNVAL)) return dropJunk(c, "socket error");
     if (c.challengeSent < c.challenge.size()) {
       size_t n = 0;
-      if (!c.sock.sendSome(c.challenge.data() + c.challengeSent,
-                           c.challenge.size() - c.challengeSent, &n).ok())
+      if (!c.sock
+               .sendSome(c.challenge.data() + c.challengeSent, c.challenge.size() - c.challengeSent,
+                         &n)
+               .ok())
         return dropJunk(c, "closed before the challenge");
       c.challengeSent += n;
       return;
@@ -300,8 +302,10 @@ class RootServer {
     std::vector<int32_t> polledMembers;
     while (nranks_ == 0 || static_cast<int32_t>(members_.size()) < nranks_) {
       if (progress_.expired()) {
-        TIDE_WARN("bootstrap root: giving up after %zu of %d ranks arrived (no new rank for "
-                  "%d s, TIDE_TIMEOUT)", members_.size(), nranks_, st_->timeoutSec);
+        TIDE_WARN(
+            "bootstrap root: giving up after %zu of %d ranks arrived (no new rank for "
+            "%d s, TIDE_TIMEOUT)",
+            members_.size(), nranks_, st_->timeoutSec);
         return false;
       }
       Clock::time_point now = Clock::now();

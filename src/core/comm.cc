@@ -104,8 +104,9 @@ Status buildTopology(tideComm* comm, const PeerInfo& me) {
   sizes[comm->rank] = blob.size();
   TIDE_TRY(comm->bootstrap->allGather(sizes.data(), sizeof(uint64_t)));
   uint64_t maxSize = *std::max_element(sizes.begin(), sizes.end());
-  if (maxSize > (64u << 20)) return internalError("topology description of %llu bytes",
-                                                  static_cast<unsigned long long>(maxSize));
+  if (maxSize > (64u << 20))
+    return internalError("topology description of %llu bytes",
+                         static_cast<unsigned long long>(maxSize));
   std::vector<std::string> blobs(n);
   if (maxSize > 0) {
     std::vector<char> all(n * maxSize, 0);
@@ -140,8 +141,8 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
     UniqueIdData rootId = id;
     TIDE_TRY(startBootstrapRoot(&rootId));
   }
-  TIDE_TRY(Bootstrap::create(id, rank, nranks, comm->timeoutSec, &comm->abortFlag,
-                             &comm->bootstrap));
+  TIDE_TRY(
+      Bootstrap::create(id, rank, nranks, comm->timeoutSec, &comm->abortFlag, &comm->bootstrap));
 
   // Who is where.
   comm->peers.assign(nranks, PeerInfo{});
@@ -273,8 +274,8 @@ Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
   }
   TIDE_TRY(comm->bootstrap->allGather(ids.data(), sizeof(tideUniqueId)));
   if (color == TIDE_SPLIT_NOCOLOR) return Status::Ok();
-  int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) -
-                                 members.begin());
+  int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
   UniqueIdData nid;
   TIDE_TRY(decodeUniqueId(ids[members.front()], &nid));
   auto* c = new tideComm();

@@ -20,8 +20,8 @@
 
 #include "core/algorithm.h"
 #include "core/bootstrap.h"
-#include "core/lane.h"
 #include "core/executor.h"
+#include "core/lane.h"
 #include "core/status.h"
 #include "core/topology.h"
 #include "core/transport.h"
@@ -65,7 +65,7 @@ struct tideComm {
   // ---- State ----
   std::atomic<bool> abortFlag{false};
   std::atomic<int> initState{tideInProgress};  // tideSuccess once usable, or an error
-  std::thread initThread;                     // non-blocking init
+  std::thread initThread;                      // non-blocking init
 
   std::mutex errMu;
   tide::Status asyncError;  // sticky communication error
@@ -76,7 +76,7 @@ struct tideComm {
   std::condition_variable execCv;
   uint64_t nextTicket = 0;
   uint64_t doneTicket = 0;
-  uint64_t opCount = 0;  // sequence numbers for error messages
+  uint64_t opCount = 0;    // sequence numbers for error messages
   uint64_t collCount = 0;  // collectives issued: the sequence number in op tags
   // Tag of the operation being executed per channel (see SetupContext::opTag);
   // written and read only by the thread executing this communicator's work.

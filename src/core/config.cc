@@ -85,11 +85,11 @@ int64_t knobInt(Knob k) { return parsedKnob<int64_t>(k, parseInt); }
 bool knobBool(Knob k) {
   const char* raw = rawValue(k);
   if (raw) {
-    if (strcasecmp(raw, "1") == 0 || strcasecmp(raw, "true") == 0 ||
-        strcasecmp(raw, "yes") == 0 || strcasecmp(raw, "on") == 0)
+    if (strcasecmp(raw, "1") == 0 || strcasecmp(raw, "true") == 0 || strcasecmp(raw, "yes") == 0 ||
+        strcasecmp(raw, "on") == 0)
       return true;
-    if (strcasecmp(raw, "0") == 0 || strcasecmp(raw, "false") == 0 ||
-        strcasecmp(raw, "no") == 0 || strcasecmp(raw, "off") == 0 || raw[0] == '\0')
+    if (strcasecmp(raw, "0") == 0 || strcasecmp(raw, "false") == 0 || strcasecmp(raw, "no") == 0 ||
+        strcasecmp(raw, "off") == 0 || raw[0] == '\0')
       return false;
     warnMalformed(k, raw);
   }

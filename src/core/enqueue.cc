@@ -105,8 +105,8 @@ void logChoice(const CollArgs& args, const tideComm* comm, const std::string& ta
                                static_cast<int>(args.dtype));
     if (!seen.insert(key).second) return;
   }
-  TIDE_INFO("choice: %s %zu x %s on %d ranks / %d nodes:%s -> %s", collName(args.type),
-            args.count, dtypeName(args.dtype), comm->nranks, comm->topo.nnodes, table.c_str(),
+  TIDE_INFO("choice: %s %zu x %s on %d ranks / %d nodes:%s -> %s", collName(args.type), args.count,
+            dtypeName(args.dtype), comm->nranks, comm->topo.nnodes, table.c_str(),
             chosen ? chosen->name : "none");
 }
 
@@ -171,8 +171,8 @@ const AlgorithmInfo* cachedAutoAlgo(const CollArgs& args, const tideComm* comm) 
     return e.algo;
   }
   const AlgorithmInfo* algo = autoAlgo(args, comm);
-  e = ChoiceEntry{comm, comm->commHash, args.count, args.root, args.type, args.dtype, args.op,
-                  algo};
+  e = ChoiceEntry{comm,      comm->commHash, args.count, args.root,
+                  args.type, args.dtype,     args.op,    algo};
   return algo;
 }
 
@@ -317,14 +317,15 @@ Status runOnLane(tideComm* comm, Lane* lane, const OpDesc& d) {
 
 // ---- Validation ---------------------------------------------------------------------
 
-Status validate(tideComm* comm, CollType type, const void* sendbuff, void* recvbuff,
-                size_t count, int dtype, int op, int root) {
+Status validate(tideComm* comm, CollType type, const void* sendbuff, void* recvbuff, size_t count,
+                int dtype, int op, int root) {
   if (comm == nullptr) return invalidArgument("%s: comm is NULL", collName(type));
   int st = comm->initState.load();
   if (st == tideInProgress)
     return invalidUsage("%s: communicator initialization is still in progress", collName(type));
-  if (st != tideSuccess) return makeStatus(static_cast<tideResult_t>(st),
-                                           "%s: communicator failed to initialize", collName(type));
+  if (st != tideSuccess)
+    return makeStatus(static_cast<tideResult_t>(st), "%s: communicator failed to initialize",
+                      collName(type));
   Status sticky = comm->stickyError();
   if (!sticky.ok()) return sticky;
   if (comm->abortFlag.load()) return invalidUsage("%s: communicator was aborted", collName(type));
@@ -335,13 +336,13 @@ Status validate(tideComm* comm, CollType type, const void* sendbuff, void* recvb
   bool rooted = type == CollType::Broadcast || type == CollType::Reduce;
   bool p2p = type == CollType::Send || type == CollType::Recv;
   if ((rooted || p2p) && (root < 0 || root >= n))
-    return invalidArgument("%s: %s %d out of range [0, %d)", collName(type),
-                           p2p ? "peer" : "root", root, n);
+    return invalidArgument("%s: %s %d out of range [0, %d)", collName(type), p2p ? "peer" : "root",
+                           root, n);
   size_t esize = dtypeSize(static_cast<tideDataType_t>(dtype));
-  size_t mult = (type == CollType::AllGather || type == CollType::ReduceScatter ||
-                 type == CollType::AlltoAll)
-                    ? static_cast<size_t>(n)
-                    : 1;
+  size_t mult =
+      (type == CollType::AllGather || type == CollType::ReduceScatter || type == CollType::AlltoAll)
+          ? static_cast<size_t>(n)
+          : 1;
   if (count > SIZE_MAX / esize / mult || count * esize * mult > (SIZE_MAX >> 1))
     return invalidArgument("%s: count %zu x %zu bytes x %zu overflows", collName(type), count,
                            esize, mult);

@@ -18,8 +18,8 @@ struct OpDesc {
   tideComm* comm = nullptr;
   tideStream* stream = nullptr;
   CollArgs args;
-  double preScale = 0;   // Avg on floats: multiply inputs by this first
-  uint64_t postDiv = 0;  // Avg on integers: divide results by this after
+  double preScale = 0;                  // Avg on floats: multiply inputs by this first
+  uint64_t postDiv = 0;                 // Avg on integers: divide results by this after
   const AlgorithmInfo* algo = nullptr;  // null for Send/Recv
   uint64_t seq = 0;
   uint32_t tag = 0;  // operation tag on the collective channel (core/check.h opTagOf)

@@ -26,9 +26,8 @@ namespace tide {
 
 // pmix_rdzv.cc is linked only in PMIx builds; a weak reference lets this file
 // ask at run time whether it is there.
-Status pmixExchangeUniqueId(const std::function<Status(tideUniqueId*)>& makeId,
-                            int timeoutSeconds, int* rank, int* size, tideUniqueId* id)
-    __attribute__((weak));
+Status pmixExchangeUniqueId(const std::function<Status(tideUniqueId*)>& makeId, int timeoutSeconds,
+                            int* rank, int* size, tideUniqueId* id) __attribute__((weak));
 
 namespace {
 
@@ -137,8 +136,8 @@ Status findRanks(const EnvLookup& env, bool pmixUsable, LaunchInfo* out) {
       out->localSize = slurmLocalSize(env, out->size);
     }
     if (out->localSize > 0 && out->size > 0 && out->localSize > out->size) {
-      return invalidArgument("%s=%d is larger than the world size %d", l.localSize,
-                             out->localSize, out->size);
+      return invalidArgument("%s=%d is larger than the world size %d", l.localSize, out->localSize,
+                             out->size);
     }
     if (out->localSize > 0 && out->localRank >= out->localSize) {
       return invalidArgument("%s=%d is not smaller than the local size %d", l.localRank,
@@ -193,9 +192,10 @@ Status findMeetingPoint(const EnvLookup& env, bool pmixUsable, LaunchInfo* out) 
       out->rdzvFile = file;
       out->removeRdzvFile = true;
     } else {
-      return invalidUsage("%s environment without a meeting point: set MASTER_ADDR and "
-                          "MASTER_PORT (or TIDE_MASTER_ADDR and TIDE_MASTER_PORT)",
-                          launcherName(out->launcher));
+      return invalidUsage(
+          "%s environment without a meeting point: set MASTER_ADDR and "
+          "MASTER_PORT (or TIDE_MASTER_ADDR and TIDE_MASTER_PORT)",
+          launcherName(out->launcher));
     }
   } else if (pmixUsable) {
     out->meet = MeetingPoint::Pmix;
@@ -211,8 +211,7 @@ Status findMeetingPoint(const EnvLookup& env, bool pmixUsable, LaunchInfo* out) 
     return invalidUsage(
         "%s job of %d ranks%s without a meeting point: set TIDE_RDZV_FILE to a path on a "
         "file system every rank sees, or MASTER_ADDR/MASTER_PORT (rank 0's node)%s",
-        launcherName(out->launcher), out->size,
-        out->multiNode() ? " that may span nodes" : "",
+        launcherName(out->launcher), out->size, out->multiNode() ? " that may span nodes" : "",
         pmixLinked() ? "" : ", or rebuild Tide with PMIx");
   }
   return Status::Ok();
@@ -357,21 +356,30 @@ EnvLookup processEnvironment() {
 
 const char* launcherName(Launcher l) {
   switch (l) {
-    case Launcher::None: return "no launcher";
-    case Launcher::Tiderun: return "tiderun";
-    case Launcher::Torchrun: return "torchrun";
-    case Launcher::OpenMpi: return "mpirun";
-    case Launcher::Slurm: return "Slurm";
+    case Launcher::None:
+      return "no launcher";
+    case Launcher::Tiderun:
+      return "tiderun";
+    case Launcher::Torchrun:
+      return "torchrun";
+    case Launcher::OpenMpi:
+      return "mpirun";
+    case Launcher::Slurm:
+      return "Slurm";
   }
   return "?";
 }
 
 const char* meetingPointName(MeetingPoint m) {
   switch (m) {
-    case MeetingPoint::Private: return "private root";
-    case MeetingPoint::Master: return "master address";
-    case MeetingPoint::Pmix: return "PMIx";
-    case MeetingPoint::File: return "rendezvous file";
+    case MeetingPoint::Private:
+      return "private root";
+    case MeetingPoint::Master:
+      return "master address";
+    case MeetingPoint::Pmix:
+      return "PMIx";
+    case MeetingPoint::File:
+      return "rendezvous file";
   }
   return "?";
 }
@@ -408,8 +416,9 @@ std::string defaultRendezvousFile(const EnvLookup& env) {
 Status checkAuthPolicy(bool authenticated, bool multiNode, bool requireAuth) {
   if (authenticated || !multiNode) return Status::Ok();
   if (requireAuth) {
-    return invalidUsage("bootstrap is unauthenticated and TIDE_REQUIRE_AUTH is set: "
-                        "set TIDE_SECRET to the same value on every rank");
+    return invalidUsage(
+        "bootstrap is unauthenticated and TIDE_REQUIRE_AUTH is set: "
+        "set TIDE_SECRET to the same value on every rank");
   }
   if (!gWarnedUnauthenticated.exchange(true)) {
     TIDE_WARN("bootstrap is unauthenticated: set TIDE_SECRET");
@@ -458,8 +467,10 @@ Status readRendezvousFile(const std::string& path, Deadline deadline, tideUnique
       }
       if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
         ::close(fd);
-        return invalidUsage("refusing rendezvous file %s: not a regular file of this user "
-                            "with mode 0600", path.c_str());
+        return invalidUsage(
+            "refusing rendezvous file %s: not a regular file of this user "
+            "with mode 0600",
+            path.c_str());
       }
       ssize_t n = ::pread(fd, id->internal, sizeof(id->internal), 0);
       ::close(fd);

@@ -41,9 +41,9 @@ struct LaunchInfo {
   int localRank = -1;  // -1: unknown
   int localSize = -1;  // -1: unknown
   MeetingPoint meet = MeetingPoint::Private;
-  std::string masterAddr;  // Master
-  int masterPort = -1;     // Master
-  std::string rdzvFile;    // File
+  std::string masterAddr;       // Master
+  int masterPort = -1;          // Master
+  std::string rdzvFile;         // File
   bool removeRdzvFile = false;  // File: rank 0 removes it once init is done
   int timeoutSeconds = 600;     // TIDE_TIMEOUT; <= 0: no deadline
 
@@ -78,8 +78,8 @@ Status readRendezvousFile(const std::string& path, Deadline deadline, tideUnique
 // Initializes PMIx, fills *rank/*size from it, and exchanges the unique id:
 // on rank 0 `makeId` builds it and it is published; the others receive it.
 // Bounded by timeoutSeconds (<= 0: none). Finalizes PMIx before returning.
-Status pmixExchangeUniqueId(const std::function<Status(tideUniqueId*)>& makeId,
-                            int timeoutSeconds, int* rank, int* size, tideUniqueId* id);
+Status pmixExchangeUniqueId(const std::function<Status(tideUniqueId*)>& makeId, int timeoutSeconds,
+                            int* rank, int* size, tideUniqueId* id);
 
 // tideCommInitFromEnv's logic: blocks until every rank of the job has joined
 // (or the bootstrap times out).

@@ -87,10 +87,9 @@ Task p2pBatchTask(ExecCtx& ctx, std::vector<const OpDesc*> ops) {
 
 std::string describe(const OpDesc& op) {
   char buf[160];
-  snprintf(buf, sizeof(buf), "%s #%llu (%zu x %s) on comm %08x rank %d/%d",
-           collName(op.args.type), static_cast<unsigned long long>(op.seq), op.args.count,
-           dtypeName(op.args.dtype), static_cast<unsigned>(op.comm->commHash), op.comm->rank,
-           op.comm->nranks);
+  snprintf(buf, sizeof(buf), "%s #%llu (%zu x %s) on comm %08x rank %d/%d", collName(op.args.type),
+           static_cast<unsigned long long>(op.seq), op.args.count, dtypeName(op.args.dtype),
+           static_cast<unsigned>(op.comm->commHash), op.comm->rank, op.comm->nranks);
   return buf;
 }
 
@@ -147,8 +146,7 @@ struct RunPool {
 };
 thread_local RunPool tRuns;
 
-Run& newRun(RunPool& pool, tideComm* comm, int channel, const OpDesc& first,
-            const KernelTable* k) {
+Run& newRun(RunPool& pool, tideComm* comm, int channel, const OpDesc& first, const KernelTable* k) {
   Run& r = pool.next();
   r.ctx.emplace(first.args, comm->rank, comm->nranks, comm->conns.data(), channel, k,
                 comm->chunkBytes, &comm->topo, comm->traffic.get());

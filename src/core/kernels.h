@@ -28,8 +28,7 @@ struct KernelTable {
   void (*scale)(void* dst, const void* src, size_t count, tideDataType_t dtype, double scalar);
   // dst[i] = src[i] / divisor, integer types only (Avg post-divide,
   // truncating like C). dst may equal src.
-  void (*divide)(void* dst, const void* src, size_t count, tideDataType_t dtype,
-                 uint64_t divisor);
+  void (*divide)(void* dst, const void* src, size_t count, tideDataType_t dtype, uint64_t divisor);
   // memcpy for this memory type (non-overlapping).
   void (*copy)(void* dst, const void* src, size_t bytes);
 };

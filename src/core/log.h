@@ -15,9 +15,9 @@ void setLogRank(int rank);
 
 }  // namespace tide
 
-#define TIDE_LOG(level, ...)                                                   \
-  do {                                                                         \
-    if (::tide::logLevel() >= ::tide::LogLevel::level)                         \
+#define TIDE_LOG(level, ...)                                                        \
+  do {                                                                              \
+    if (::tide::logLevel() >= ::tide::LogLevel::level)                              \
       ::tide::logMessage(::tide::LogLevel::level, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define TIDE_WARN(...) TIDE_LOG(Warn, __VA_ARGS__)

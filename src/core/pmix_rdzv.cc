@@ -98,8 +98,8 @@ Status exchange(const pmix_proc_t& me, const std::function<Status(tideUniqueId*)
 
 }  // namespace
 
-Status pmixExchangeUniqueId(const std::function<Status(tideUniqueId*)>& makeId,
-                            int timeoutSeconds, int* rank, int* size, tideUniqueId* id) {
+Status pmixExchangeUniqueId(const std::function<Status(tideUniqueId*)>& makeId, int timeoutSeconds,
+                            int* rank, int* size, tideUniqueId* id) {
   pmix_proc_t me;
   PMIX_PROC_CONSTRUCT(&me);
   pmix_status_t rc = PMIx_Init(&me, nullptr, 0);

@@ -125,13 +125,13 @@ Status calibrateLinks(tideComm* comm) {
   for (const Measured& m : all) {
     if (m.intraGBs > 0) {
       intra.latencyUs = std::max(intra.latencyUs, m.intraLatUs);
-      intra.bandwidthGBs = intra.bandwidthGBs == 0 ? m.intraGBs
-                                                   : std::min(intra.bandwidthGBs, m.intraGBs);
+      intra.bandwidthGBs =
+          intra.bandwidthGBs == 0 ? m.intraGBs : std::min(intra.bandwidthGBs, m.intraGBs);
     }
     if (m.interGBs > 0) {
       inter.latencyUs = std::max(inter.latencyUs, m.interLatUs);
-      inter.bandwidthGBs = inter.bandwidthGBs == 0 ? m.interGBs
-                                                   : std::min(inter.bandwidthGBs, m.interGBs);
+      inter.bandwidthGBs =
+          inter.bandwidthGBs == 0 ? m.interGBs : std::min(inter.bandwidthGBs, m.interGBs);
     }
   }
   const int n = comm->nranks;

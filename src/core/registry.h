@@ -40,5 +40,5 @@ struct Registrar {
 #define TIDE_REGISTRAR_CAT2(a, b) a##b
 #define TIDE_REGISTRAR_CAT(a, b) TIDE_REGISTRAR_CAT2(a, b)
 // Runs `body` (a statement) when the library loads.
-#define TIDE_ON_LOAD(body)                                                        \
+#define TIDE_ON_LOAD(body) \
   static ::tide::Registrar TIDE_REGISTRAR_CAT(tide_registrar_, __LINE__)([] { body; })

@@ -53,8 +53,7 @@ std::string SockAddr::hostStr() const {
   if (family() == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
   } else if (family() == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf,
-              sizeof(buf));
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
   }
   return buf;
 }
@@ -126,9 +125,9 @@ bool Deadline::expired() const { return !infinite_ && std::chrono::steady_clock:
 
 int Deadline::remainingMs(int capMs) const {
   if (infinite_) return capMs;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  at_ - std::chrono::steady_clock::now())
-                  .count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(at_ - std::chrono::steady_clock::now())
+          .count();
   if (left < 0) return 0;
   return left < capMs ? static_cast<int>(left) : capMs;
 }
@@ -169,8 +168,8 @@ Status Socket::listen(const SockAddr& addr, int backlog, Socket* out) {
   return Status::Ok();
 }
 
-Status Socket::connect(const SockAddr& addr, Deadline deadline,
-                       const std::atomic<bool>* abortFlag, Socket* out) {
+Status Socket::connect(const SockAddr& addr, Deadline deadline, const std::atomic<bool>* abortFlag,
+                       Socket* out) {
   int backoffMs = 1;
   for (;;) {
     if (aborted(abortFlag)) return remoteError("connect to %s aborted", addr.str().c_str());

@@ -25,8 +25,8 @@ struct SockAddr {
   int family() const { return ss.ss_family; }
   int port() const;
   void setPort(int port);
-  std::string str() const;       // "1.2.3.4:5" or "[::1]:5"
-  std::string hostStr() const;   // "1.2.3.4" or "::1"
+  std::string str() const;      // "1.2.3.4:5" or "[::1]:5"
+  std::string hostStr() const;  // "1.2.3.4" or "::1"
   bool valid() const { return len > 0; }
 };
 
@@ -70,15 +70,14 @@ class Socket {
   // Creates a listening socket bound to addr (port 0 picks a free port).
   static Status listen(const SockAddr& addr, int backlog, Socket* out);
   // Connects, retrying refused/unreachable attempts until the deadline.
-  static Status connect(const SockAddr& addr, Deadline deadline,
-                        const std::atomic<bool>* abortFlag, Socket* out);
+  static Status connect(const SockAddr& addr, Deadline deadline, const std::atomic<bool>* abortFlag,
+                        Socket* out);
   // Accepts one connection (listening socket).
   Status accept(Socket* out, Deadline deadline, const std::atomic<bool>* abortFlag) const;
 
   Status sendAll(const void* buf, size_t n, Deadline deadline,
                  const std::atomic<bool>* abortFlag) const;
-  Status recvAll(void* buf, size_t n, Deadline deadline,
-                 const std::atomic<bool>* abortFlag) const;
+  Status recvAll(void* buf, size_t n, Deadline deadline, const std::atomic<bool>* abortFlag) const;
 
   // Non-blocking partial I/O. *done gets the bytes moved (0 when it would
   // block). A closed peer is a tideRemoteError.

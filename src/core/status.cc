@@ -26,13 +26,13 @@ Status& Status::addFrame(const char* file, int line) {
   return *this;
 }
 
-#define TIDE_DEFINE_STATUS_CTOR(fn, code)       \
-  Status fn(const char* fmt, ...) {             \
-    va_list ap;                                 \
-    va_start(ap, fmt);                          \
-    std::string m = vformat(fmt, ap);           \
-    va_end(ap);                                 \
-    return Status(code, std::move(m));          \
+#define TIDE_DEFINE_STATUS_CTOR(fn, code) \
+  Status fn(const char* fmt, ...) {       \
+    va_list ap;                           \
+    va_start(ap, fmt);                    \
+    std::string m = vformat(fmt, ap);     \
+    va_end(ap);                           \
+    return Status(code, std::move(m));    \
   }
 
 TIDE_DEFINE_STATUS_CTOR(invalidArgument, tideInvalidArgument)

@@ -44,11 +44,11 @@ Status errnoError(int err, const char* fmt, ...) __attribute__((format(printf, 2
 
 }  // namespace tide
 
-#define TIDE_TRY(expr)                                      \
-  do {                                                      \
-    ::tide::Status tide_try_status_ = (expr);               \
-    if (!tide_try_status_.ok()) {                           \
-      tide_try_status_.addFrame(__FILE__, __LINE__);        \
-      return tide_try_status_;                              \
-    }                                                       \
+#define TIDE_TRY(expr)                               \
+  do {                                               \
+    ::tide::Status tide_try_status_ = (expr);        \
+    if (!tide_try_status_.ok()) {                    \
+      tide_try_status_.addFrame(__FILE__, __LINE__); \
+      return tide_try_status_;                       \
+    }                                                \
   } while (0)

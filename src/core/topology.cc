@@ -9,16 +9,26 @@ namespace tide {
 
 const char* pathName(PathType p) {
   switch (p) {
-    case PathType::Self: return "self";
-    case PathType::SameGpu: return "same-gpu";
-    case PathType::NVLink: return "nvlink";
-    case PathType::PciSwitch: return "pci-switch";
-    case PathType::PciHostBridge: return "pci-host-bridge";
-    case PathType::SameNuma: return "same-numa";
-    case PathType::CrossNuma: return "cross-numa";
-    case PathType::CrossSocket: return "cross-socket";
-    case PathType::Network: return "network";
-    case PathType::kCount: break;
+    case PathType::Self:
+      return "self";
+    case PathType::SameGpu:
+      return "same-gpu";
+    case PathType::NVLink:
+      return "nvlink";
+    case PathType::PciSwitch:
+      return "pci-switch";
+    case PathType::PciHostBridge:
+      return "pci-host-bridge";
+    case PathType::SameNuma:
+      return "same-numa";
+    case PathType::CrossNuma:
+      return "cross-numa";
+    case PathType::CrossSocket:
+      return "cross-socket";
+    case PathType::Network:
+      return "network";
+    case PathType::kCount:
+      break;
   }
   return "unknown";
 }

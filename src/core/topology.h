@@ -48,12 +48,12 @@ struct CommTopo {
   int rank = 0;
   int nranks = 1;
   int nnodes = 1;
-  std::vector<int> nodeOf;                 // rank -> node index; nodes numbered by lowest rank
-  std::vector<int> localRankOf;            // rank -> position among its node's ranks
+  std::vector<int> nodeOf;                  // rank -> node index; nodes numbered by lowest rank
+  std::vector<int> localRankOf;             // rank -> position among its node's ranks
   std::vector<std::vector<int>> nodeRanks;  // node -> its ranks, ascending
-  std::vector<int> socketOf;               // rank -> CPU package index within its node (-1 unknown)
-  std::vector<PathType> path;              // [a * nranks + b]
-  std::vector<LinkCost> link;              // [a * nranks + b], bottleneck of the path
+  std::vector<int> socketOf;   // rank -> CPU package index within its node (-1 unknown)
+  std::vector<PathType> path;  // [a * nranks + b]
+  std::vector<LinkCost> link;  // [a * nranks + b], bottleneck of the path
   // Link classes the cost model uses: the slowest intra-node pair and the
   // slowest inter-node pair (interNode is meaningful when nnodes > 1).
   LinkCost intraNode{0.5, 8.0};

@@ -26,9 +26,9 @@ size_t dtypeSize(tideDataType_t t) {
 }
 
 const char* dtypeName(tideDataType_t t) {
-  static const char* const kNames[] = {"int8",    "uint8",   "int32",    "uint32",
-                                       "int64",   "uint64",  "float16",  "float32",
-                                       "float64", "bfloat16", "f8e4m3", "f8e5m2"};
+  static const char* const kNames[] = {"int8",    "uint8",    "int32",   "uint32",
+                                       "int64",   "uint64",   "float16", "float32",
+                                       "float64", "bfloat16", "f8e4m3",  "f8e5m2"};
   return dtypeValid(t) ? kNames[t] : "invalid";
 }
 

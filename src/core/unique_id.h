@@ -18,10 +18,10 @@ namespace tide {
 constexpr uint64_t kUniqueIdMagic = 0x7469646555494431ull;  // "tideUID1"
 
 struct UniqueIdData {
-  SockAddr root;                       // bootstrap root address
-  uint8_t secret[kSecretBytes] = {};   // job secret
-  bool authenticated = false;          // false: secret unset (warned about)
-  bool rank0StartsRoot = false;        // true: rank 0's init starts the root at `root`
+  SockAddr root;                      // bootstrap root address
+  uint8_t secret[kSecretBytes] = {};  // job secret
+  bool authenticated = false;         // false: secret unset (warned about)
+  bool rank0StartsRoot = false;       // true: rank 0's init starts the root at `root`
 };
 
 void encodeUniqueId(const UniqueIdData& data, tideUniqueId* id);

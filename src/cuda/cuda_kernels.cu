@@ -58,7 +58,8 @@ TIDE_DEV void scaleBody(void* dst, const void* src, uint64_t n, double scalar) {
     for (uint64_t j = 0; j < kVec; ++j) r.s[j] = Codec::store(Codec::load(p.s[j]) * s);
     reinterpret_cast<uint4*>(d)[v] = r.v;
   }
-  for (uint64_t i = nVec * kVec + tid; i < n; i += stride) d[i] = Codec::store(Codec::load(x[i]) * s);
+  for (uint64_t i = nVec * kVec + tid; i < n; i += stride)
+    d[i] = Codec::store(Codec::load(x[i]) * s);
 }
 
 // Integer division truncating like C; divisor 0 copies; a divisor beyond the
@@ -86,15 +87,15 @@ TIDE_DEV void divideBody(void* dst, const void* src, uint64_t n, uint64_t diviso
 
 }  // namespace
 
-#define TIDE_REDUCE_KERNEL(T, O, CODEC, OP)                                              \
-  extern "C" __global__ void __launch_bounds__(512)                                      \
+#define TIDE_REDUCE_KERNEL(T, O, CODEC, OP)                                                \
+  extern "C" __global__ void __launch_bounds__(512)                                        \
       tide_reduce_##T##_##O(void* d, const void* a, const void* b, unsigned long long n) { \
-    reduceBody<CODEC, OP>(d, a, b, n);                                                   \
+    reduceBody<CODEC, OP>(d, a, b, n);                                                     \
   }
-#define TIDE_REDUCE_OPS(T, CODEC)              \
-  TIDE_REDUCE_KERNEL(T, 0, CODEC, OpSum)       \
-  TIDE_REDUCE_KERNEL(T, 1, CODEC, OpProd)      \
-  TIDE_REDUCE_KERNEL(T, 2, CODEC, OpMax)       \
+#define TIDE_REDUCE_OPS(T, CODEC)         \
+  TIDE_REDUCE_KERNEL(T, 0, CODEC, OpSum)  \
+  TIDE_REDUCE_KERNEL(T, 1, CODEC, OpProd) \
+  TIDE_REDUCE_KERNEL(T, 2, CODEC, OpMax)  \
   TIDE_REDUCE_KERNEL(T, 3, CODEC, OpMin)
 
 // dtype numbers are tideDataType_t's (= ncclDataType_t's).
@@ -111,10 +112,10 @@ TIDE_REDUCE_OPS(9, Bf16)
 TIDE_REDUCE_OPS(10, E4m3)
 TIDE_REDUCE_OPS(11, E5m2)
 
-#define TIDE_SCALE_KERNEL(T, CODEC)                                                      \
-  extern "C" __global__ void __launch_bounds__(512)                                      \
-      tide_scale_##T(void* d, const void* s, unsigned long long n, double scalar) {      \
-    scaleBody<CODEC>(d, s, n, scalar);                                                   \
+#define TIDE_SCALE_KERNEL(T, CODEC)                                                 \
+  extern "C" __global__ void __launch_bounds__(512)                                 \
+      tide_scale_##T(void* d, const void* s, unsigned long long n, double scalar) { \
+    scaleBody<CODEC>(d, s, n, scalar);                                              \
   }
 TIDE_SCALE_KERNEL(6, Half)
 TIDE_SCALE_KERNEL(7, Plain<float>)
@@ -123,10 +124,10 @@ TIDE_SCALE_KERNEL(9, Bf16)
 TIDE_SCALE_KERNEL(10, E4m3)
 TIDE_SCALE_KERNEL(11, E5m2)
 
-#define TIDE_DIVIDE_KERNEL(T, TYPE, MIN, MAX)                                            \
-  extern "C" __global__ void __launch_bounds__(512) tide_divide_##T(                     \
-      void* d, const void* s, unsigned long long n, unsigned long long divisor) {        \
-    divideBody<TYPE, MIN, MAX>(d, s, n, divisor);                                        \
+#define TIDE_DIVIDE_KERNEL(T, TYPE, MIN, MAX)                                                     \
+  extern "C" __global__ void __launch_bounds__(512)                                               \
+      tide_divide_##T(void* d, const void* s, unsigned long long n, unsigned long long divisor) { \
+    divideBody<TYPE, MIN, MAX>(d, s, n, divisor);                                                 \
   }
 TIDE_DIVIDE_KERNEL(0, int8_t, INT8_MIN, INT8_MAX)
 TIDE_DIVIDE_KERNEL(1, uint8_t, 0, UINT8_MAX)

@@ -23,8 +23,8 @@ TIDE_DEV float halfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t mag = h & 0x7fffu;
   uint32_t bits = (mag << 13) + (112u << 23);
-  if (mag >= 0x7c00u) bits += 112u << 23;        // inf / NaN exponent
-  if (mag > 0x7c00u) bits |= 0x00400000u;        // NaN comes out quiet
+  if (mag >= 0x7c00u) bits += 112u << 23;  // inf / NaN exponent
+  if (mag > 0x7c00u) bits |= 0x00400000u;  // NaN comes out quiet
   if (mag < 0x0400u) bits = floatBits(static_cast<float>(static_cast<int32_t>(mag)) * 0x1p-24f);
   return bitsFloat(sign | bits);
 }
@@ -121,16 +121,32 @@ struct E5m2 {
 
 // ---- Operators ---------------------------------------------------------------------
 
-template <class C> struct UnsignedOf { using T = C; };
-template <> struct UnsignedOf<int8_t> { using T = uint8_t; };
-template <> struct UnsignedOf<int32_t> { using T = uint32_t; };
-template <> struct UnsignedOf<int64_t> { using T = uint64_t; };
+template <class C>
+struct UnsignedOf {
+  using T = C;
+};
+template <>
+struct UnsignedOf<int8_t> {
+  using T = uint8_t;
+};
+template <>
+struct UnsignedOf<int32_t> {
+  using T = uint32_t;
+};
+template <>
+struct UnsignedOf<int64_t> {
+  using T = uint64_t;
+};
 
-template <class C> TIDE_DEV constexpr bool isIntegral() { return static_cast<C>(1) / 2 == 0; }
+template <class C>
+TIDE_DEV constexpr bool isIntegral() {
+  return static_cast<C>(1) / 2 == 0;
+}
 
 struct OpSum {
   static constexpr bool kSelect = false;
-  template <class C> static TIDE_DEV C apply(C x, C y) {
+  template <class C>
+  static TIDE_DEV C apply(C x, C y) {
     if constexpr (isIntegral<C>()) {
       using U = typename UnsignedOf<C>::T;
       return static_cast<C>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
@@ -141,7 +157,8 @@ struct OpSum {
 };
 struct OpProd {
   static constexpr bool kSelect = false;
-  template <class C> static TIDE_DEV C apply(C x, C y) {
+  template <class C>
+  static TIDE_DEV C apply(C x, C y) {
     if constexpr (isIntegral<C>()) {
       using U = typename UnsignedOf<C>::T;
       return static_cast<C>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
@@ -152,11 +169,17 @@ struct OpProd {
 };
 struct OpMax {
   static constexpr bool kSelect = true;
-  template <class C> static TIDE_DEV bool pick(C x, C y) { return (x > y) | (x != x); }
+  template <class C>
+  static TIDE_DEV bool pick(C x, C y) {
+    return (x > y) | (x != x);
+  }
 };
 struct OpMin {
   static constexpr bool kSelect = true;
-  template <class C> static TIDE_DEV bool pick(C x, C y) { return (x < y) | (x != x); }
+  template <class C>
+  static TIDE_DEV bool pick(C x, C y) {
+    return (x < y) | (x != x);
+  }
 };
 
 template <class Codec, class Op>

@@ -54,7 +54,6 @@ using tide_test::isNan;
 
 using Clock = std::chrono::steady_clock;
 
-
 long firstMismatch(const uint8_t* want, const uint8_t* got, size_t n, tideDataType_t t) {
   const size_t es = tide::dtypeSize(t);
   for (size_t i = 0; i < n; ++i) {

@@ -10,14 +10,14 @@
 struct tideComm;
 #include "tide/tide.h"
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    tideResult_t r_ = (call);                                                        \
-    if (r_ != tideSuccess) {                                                         \
-      fprintf(stderr, "env_allreduce: %s failed: %s: %s\n", #call,                   \
-              tideGetErrorString(r_), tideGetLastError(NULL));                       \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    tideResult_t r_ = (call);                                                              \
+    if (r_ != tideSuccess) {                                                               \
+      fprintf(stderr, "env_allreduce: %s failed: %s: %s\n", #call, tideGetErrorString(r_), \
+              tideGetLastError(NULL));                                                     \
+      return 1;                                                                            \
+    }                                                                                      \
   } while (0)
 
 static int checkFloatSum(tideComm_t comm, int rank, int nranks, size_t count) {

@@ -1,8 +1,6 @@
 // Bootstrap, unique ids and config parsing, with ranks as threads.
 #include <gtest/gtest.h>
 
-#include "bootstrap_util.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -10,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap_util.h"
 #include "core/bootstrap.h"
 #include "core/config.h"
 #include "core/status.h"

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../gpu/nan_elem.h"
 #include "core/config.h"
 #include "core/kernels.h"
 #include "core/registry.h"
@@ -25,7 +26,6 @@
 #include "cuda/cuda_loader.h"
 #include "cuda/device_coll.h"
 #include "cuda/device_coll_logic.h"
-#include "../gpu/nan_elem.h"
 
 namespace tide::cuda::dc {
 namespace {

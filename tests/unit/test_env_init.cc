@@ -44,9 +44,12 @@ const Env kTorch = {{"RANK", "1"},
                     {"MASTER_ADDR", "10.0.0.1"},
                     {"MASTER_PORT", "29500"}};
 
-const Env kOmpi = {{"OMPI_COMM_WORLD_RANK", "2"},       {"OMPI_COMM_WORLD_SIZE", "4"},
-                   {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-                   {"OMPI_MCA_ess_base_jobid", "1234"},  {"PMIX_NAMESPACE", "1234"},
+const Env kOmpi = {{"OMPI_COMM_WORLD_RANK", "2"},
+                   {"OMPI_COMM_WORLD_SIZE", "4"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                   {"OMPI_MCA_ess_base_jobid", "1234"},
+                   {"PMIX_NAMESPACE", "1234"},
                    {"PMIX_RANK", "2"}};
 
 TEST(EnvInitTest, NoLauncherIsOneRank) {
@@ -85,8 +88,11 @@ TEST(EnvInitTest, TiderunTakesPrecedence) {
   Env env = kTorch;
   for (const auto& [k, v] : kOmpi) env[k] = v;
   env.insert({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}});
-  env.insert({{"TIDE_RANK", "0"}, {"TIDE_WORLD_SIZE", "2"}, {"TIDE_LOCAL_RANK", "0"},
-              {"TIDE_LOCAL_WORLD_SIZE", "2"}, {"TIDE_MASTER_ADDR", "127.0.0.1"},
+  env.insert({{"TIDE_RANK", "0"},
+              {"TIDE_WORLD_SIZE", "2"},
+              {"TIDE_LOCAL_RANK", "0"},
+              {"TIDE_LOCAL_WORLD_SIZE", "2"},
+              {"TIDE_MASTER_ADDR", "127.0.0.1"},
               {"TIDE_MASTER_PORT", "5555"}});
   LaunchInfo info = parseOk(env, true);
   EXPECT_EQ(info.launcher, Launcher::Tiderun);
@@ -97,8 +103,8 @@ TEST(EnvInitTest, TiderunTakesPrecedence) {
   EXPECT_EQ(info.masterPort, 5555);
 
   // Without tiderun's variables, torchrun's come next, then Open MPI's, then Slurm's.
-  for (const char* k : {"TIDE_RANK", "TIDE_WORLD_SIZE", "TIDE_LOCAL_RANK",
-                        "TIDE_LOCAL_WORLD_SIZE", "TIDE_MASTER_ADDR", "TIDE_MASTER_PORT"}) {
+  for (const char* k : {"TIDE_RANK", "TIDE_WORLD_SIZE", "TIDE_LOCAL_RANK", "TIDE_LOCAL_WORLD_SIZE",
+                        "TIDE_MASTER_ADDR", "TIDE_MASTER_PORT"}) {
     env.erase(k);
   }
   EXPECT_EQ(parseOk(env, true).launcher, Launcher::Torchrun);
@@ -138,8 +144,7 @@ TEST(EnvInitTest, SingleNodeOpenMpiFallsBackToTmpFile) {
   Env env = kOmpi;
   env.erase("PMIX_NAMESPACE");
   env["OMPI_MCA_ess_base_jobid"] = "99@1/x";
-  EXPECT_EQ(parseOk(env, true).rdzvFile,
-            "/tmp/tide-rdzv-" + std::to_string(geteuid()) + "-99_1_x");
+  EXPECT_EQ(parseOk(env, true).rdzvFile, "/tmp/tide-rdzv-" + std::to_string(geteuid()) + "-99_1_x");
 }
 
 TEST(EnvInitTest, MultiNodeOpenMpiWithoutPmixOrFileFails) {
@@ -181,9 +186,9 @@ TEST(EnvInitTest, PmixRankAloneNeedsPmix) {
 }
 
 TEST(EnvInitTest, Slurm) {
-  Env env = {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-             {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}, {"SLURM_JOB_ID", "77"},
-             {"SLURM_STEP_ID", "0"}};
+  Env env = {{"SLURM_PROCID", "5"},  {"SLURM_NTASKS", "8"},
+             {"SLURM_LOCALID", "1"}, {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+             {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "0"}};
   Status s = parseErr(env);
   EXPECT_EQ(s.code(), tideInvalidUsage) << s.message();
   env["TIDE_RDZV_FILE"] = "/nfs/rdzv";
@@ -227,7 +232,9 @@ TEST(EnvInitTest, MalformedValues) {
       {{{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "WORLD_SIZE"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE"},
       {{{"RANK", "0"}}, "WORLD_SIZE"},
-      {{{"TIDE_RANK", "0"}, {"TIDE_WORLD_SIZE", "2"}, {"TIDE_LOCAL_RANK", "2"},
+      {{{"TIDE_RANK", "0"},
+        {"TIDE_WORLD_SIZE", "2"},
+        {"TIDE_LOCAL_RANK", "2"},
         {"TIDE_LOCAL_WORLD_SIZE", "2"}},
        "TIDE_LOCAL_RANK"},
       {{{"TIDE_RANK", "0"}, {"TIDE_WORLD_SIZE", "2"}, {"TIDE_LOCAL_WORLD_SIZE", "3"}},
@@ -238,7 +245,9 @@ TEST(EnvInitTest, MalformedValues) {
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "65535"}},
        "MASTER_PORT"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TIDE_MASTER_ADDR", "h"}}, "TIDE_MASTER_PORT"},
-      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TIDE_MASTER_ADDR", "h"},
+      {{{"RANK", "0"},
+        {"WORLD_SIZE", "2"},
+        {"TIDE_MASTER_ADDR", "h"},
         {"TIDE_MASTER_PORT", "70000"}},
        "TIDE_MASTER_PORT"},
   };
@@ -337,8 +346,8 @@ TEST_F(RdzvFileTest, RefusesOtherModesAndGarbage) {
 
 // With no launcher in the environment, init makes a communicator of one rank.
 TEST(EnvInitEndToEnd, OneRankWithoutLauncher) {
-  for (const char* v : {"TIDE_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                        "SLURM_PROCID", "PMIX_RANK"}) {
+  for (const char* v :
+       {"TIDE_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PMIX_RANK"}) {
     if (std::getenv(v) != nullptr) GTEST_SKIP() << v << " is set";
   }
   tideComm_t comm = nullptr;

@@ -51,8 +51,7 @@ int BindAndReadPort(const sockaddr* sa, socklen_t len) {
   int port = 0;
   sockaddr_storage got{};
   socklen_t got_len = sizeof(got);
-  if (bind(fd, sa, len) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&got), &got_len) == 0) {
+  if (bind(fd, sa, len) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&got), &got_len) == 0) {
     if (got.ss_family == AF_INET) {
       port = ntohs(reinterpret_cast<sockaddr_in*>(&got)->sin_port);
     } else if (got.ss_family == AF_INET6) {

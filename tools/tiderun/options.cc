@@ -36,8 +36,18 @@ bool ParseSeconds(std::string_view text, double* out) {
   return true;
 }
 
-enum class Opt { kNproc, kNnodes, kNodeRank, kMasterAddr, kMasterPort, kTimeout,
-                 kPrefix, kHelp, kVersion, kUnknown };
+enum class Opt {
+  kNproc,
+  kNnodes,
+  kNodeRank,
+  kMasterAddr,
+  kMasterPort,
+  kTimeout,
+  kPrefix,
+  kHelp,
+  kVersion,
+  kUnknown
+};
 
 // Maps a long option name (without "--", '_' already turned into '-').
 Opt LongOpt(std::string_view name) {
@@ -53,9 +63,7 @@ Opt LongOpt(std::string_view name) {
   return Opt::kUnknown;
 }
 
-bool TakesValue(Opt o) {
-  return o != Opt::kPrefix && o != Opt::kHelp && o != Opt::kVersion;
-}
+bool TakesValue(Opt o) { return o != Opt::kPrefix && o != Opt::kHelp && o != Opt::kVersion; }
 
 // Applies one option with its value; false with *error set when the value is bad.
 bool Apply(Opt o, const std::string& shown, std::string_view value, Options* opts,
@@ -66,8 +74,7 @@ bool Apply(Opt o, const std::string& shown, std::string_view value, Options* opt
   };
   switch (o) {
     case Opt::kNproc:
-      return ParseInt(value, 1, kMaxProcs, &opts->nproc) ||
-             bad("a rank count between 1 and 4096");
+      return ParseInt(value, 1, kMaxProcs, &opts->nproc) || bad("a rank count between 1 and 4096");
     case Opt::kNnodes:
       return ParseInt(value, 1, kMaxNodes, &opts->nnodes) || bad("a positive node count");
     case Opt::kNodeRank:
@@ -91,8 +98,7 @@ bool Apply(Opt o, const std::string& shown, std::string_view value, Options* opt
 
 }  // namespace
 
-ParseOutcome ParseOptions(int argc, const char* const* argv, Options* opts,
-                          std::string* error) {
+ParseOutcome ParseOptions(int argc, const char* const* argv, Options* opts, std::string* error) {
   int i = 1;
   bool help = false;
   bool version = false;
@@ -123,9 +129,15 @@ ParseOutcome ParseOptions(int argc, const char* const* argv, Options* opts,
     } else {
       shown = std::string(arg.substr(0, 2));
       switch (arg[1]) {
-        case 'n': o = Opt::kNproc; break;
-        case 'h': o = Opt::kHelp; break;
-        default: o = Opt::kUnknown; break;
+        case 'n':
+          o = Opt::kNproc;
+          break;
+        case 'h':
+          o = Opt::kHelp;
+          break;
+        default:
+          o = Opt::kUnknown;
+          break;
       }
       if (arg.size() > 2) {
         value = arg.substr(2);
@@ -173,37 +185,36 @@ ParseOutcome ParseOptions(int argc, const char* const* argv, Options* opts,
 }
 
 std::string UsageText() {
-  return
-      "usage: tiderun [options] [--] program [args...]\n"
-      "\n"
-      "Starts the ranks of a Tide job on this node. Each rank runs `program args...`\n"
-      "with TIDE_RANK, TIDE_WORLD_SIZE, TIDE_LOCAL_RANK, TIDE_LOCAL_WORLD_SIZE,\n"
-      "TIDE_NODE_RANK, TIDE_NNODES, TIDE_MASTER_ADDR, TIDE_MASTER_PORT, TIDE_JOB_ID\n"
-      "and (single-node jobs) TIDE_SECRET set. Global rank = node_rank * nproc + local.\n"
-      "\n"
-      "options:\n"
-      "  -n, --np, --nproc-per-node N  ranks on this node (default 1)\n"
-      "  --nnodes N                    nodes in the job (default 1); run one tiderun\n"
-      "                                per node with the same master address and port\n"
-      "  --node-rank R                 index of this node, 0 <= R < nnodes (default 0)\n"
-      "  --master-addr ADDR            address of the bootstrap root (default 127.0.0.1)\n"
-      "  --master-port PORT            its port (default: 29500 with --nnodes > 1,\n"
-      "                                otherwise a free port)\n"
-      "  --prefix-output, --tag-output prefix every output line with \"[rank] \"\n"
-      "  --timeout SEC                 stop all ranks and exit 124 after SEC seconds\n"
-      "                                (0: no limit, the default)\n"
-      "  -h, --help                    show this text\n"
-      "  --version                     show the version\n"
-      "Underscores may replace dashes in long options (--nproc_per_node).\n"
-      "\n"
-      "When a rank fails (non-zero exit or signal) the others get SIGTERM, then SIGKILL\n"
-      "1 s later, and tiderun exits with the failing rank's code (128+signal for a\n"
-      "signal). SIGINT/SIGTERM/SIGHUP to tiderun are forwarded the same way (exit\n"
-      "128+signal). Leftover /dev/shm/tide-<TIDE_JOB_ID>* files are removed at exit.\n"
-      "TIDE_SECRET is generated for single-node jobs unless already set; multi-node\n"
-      "jobs pass it through only when set (export the same value on every node).\n"
-      "Ranks run in their own process groups; when tiderun's stdin is a terminal\n"
-      "they read stdin from /dev/null.\n";
+  return "usage: tiderun [options] [--] program [args...]\n"
+         "\n"
+         "Starts the ranks of a Tide job on this node. Each rank runs `program args...`\n"
+         "with TIDE_RANK, TIDE_WORLD_SIZE, TIDE_LOCAL_RANK, TIDE_LOCAL_WORLD_SIZE,\n"
+         "TIDE_NODE_RANK, TIDE_NNODES, TIDE_MASTER_ADDR, TIDE_MASTER_PORT, TIDE_JOB_ID\n"
+         "and (single-node jobs) TIDE_SECRET set. Global rank = node_rank * nproc + local.\n"
+         "\n"
+         "options:\n"
+         "  -n, --np, --nproc-per-node N  ranks on this node (default 1)\n"
+         "  --nnodes N                    nodes in the job (default 1); run one tiderun\n"
+         "                                per node with the same master address and port\n"
+         "  --node-rank R                 index of this node, 0 <= R < nnodes (default 0)\n"
+         "  --master-addr ADDR            address of the bootstrap root (default 127.0.0.1)\n"
+         "  --master-port PORT            its port (default: 29500 with --nnodes > 1,\n"
+         "                                otherwise a free port)\n"
+         "  --prefix-output, --tag-output prefix every output line with \"[rank] \"\n"
+         "  --timeout SEC                 stop all ranks and exit 124 after SEC seconds\n"
+         "                                (0: no limit, the default)\n"
+         "  -h, --help                    show this text\n"
+         "  --version                     show the version\n"
+         "Underscores may replace dashes in long options (--nproc_per_node).\n"
+         "\n"
+         "When a rank fails (non-zero exit or signal) the others get SIGTERM, then SIGKILL\n"
+         "1 s later, and tiderun exits with the failing rank's code (128+signal for a\n"
+         "signal). SIGINT/SIGTERM/SIGHUP to tiderun are forwarded the same way (exit\n"
+         "128+signal). Leftover /dev/shm/tide-<TIDE_JOB_ID>* files are removed at exit.\n"
+         "TIDE_SECRET is generated for single-node jobs unless already set; multi-node\n"
+         "jobs pass it through only when set (export the same value on every node).\n"
+         "Ranks run in their own process groups; when tiderun's stdin is a terminal\n"
+         "they read stdin from /dev/null.\n";
 }
 
 }  // namespace tiderun

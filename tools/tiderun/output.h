@@ -32,9 +32,9 @@ class LinePrefixer {
 
   int out_fd_;
   std::string prefix_;
-  std::string pending_;     // bytes after the last newline
-  bool mid_line_ = false;   // a piece of the current line was already written
-  bool broken_ = false;     // out_fd_ failed; drop further output
+  std::string pending_;    // bytes after the last newline
+  bool mid_line_ = false;  // a piece of the current line was already written
+  bool broken_ = false;    // out_fd_ failed; drop further output
 };
 
 }  // namespace tiderun

@@ -43,9 +43,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kKillGrace = std::chrono::seconds(1);             // SIGTERM -> SIGKILL
-constexpr auto kUnkillableWait = std::chrono::seconds(5);        // after SIGKILL, give up
-constexpr auto kDrainGrace = std::chrono::milliseconds(500);     // output after last exit
+constexpr auto kKillGrace = std::chrono::seconds(1);          // SIGTERM -> SIGKILL
+constexpr auto kUnkillableWait = std::chrono::seconds(5);     // after SIGKILL, give up
+constexpr auto kDrainGrace = std::chrono::milliseconds(500);  // output after last exit
 constexpr size_t kReadChunk = 64 * 1024;
 
 void Log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -67,9 +67,9 @@ struct Stream {
 
 struct Rank {
   int global = 0;
-  pid_t pid = -1;        // -1: never started
-  bool exited = false;   // exit observed (a zombie until Finish reaps it)
-  int code = 0;          // exit code, or 128 + signal
+  pid_t pid = -1;       // -1: never started
+  bool exited = false;  // exit observed (a zombie until Finish reaps it)
+  int code = 0;         // exit code, or 128 + signal
   Stream out, err;
 };
 

@@ -36,9 +36,9 @@ namespace tide {
 class MrCache {
  public:
   struct Entry {
-    uintptr_t base = 0;     // page-aligned start
-    size_t len = 0;         // multiple of the page size
-    void* handle = nullptr; // what `register` returned
+    uintptr_t base = 0;      // page-aligned start
+    size_t len = 0;          // multiple of the page size
+    void* handle = nullptr;  // what `register` returned
     int refs = 0;
     bool contains(uintptr_t a, size_t n) const { return a >= base && a + n <= base + len; }
   };
@@ -72,8 +72,8 @@ class MrCache {
  private:
   struct Node {
     Entry e;
-    bool stale = false;                 // invalidated while referenced
-    std::list<Node*>::iterator lru;     // valid while e.refs == 0
+    bool stale = false;              // invalidated while referenced
+    std::list<Node*>::iterator lru;  // valid while e.refs == 0
   };
   using Map = std::multimap<uintptr_t, Node>;
 
@@ -87,10 +87,10 @@ class MrCache {
   DeregisterFn dereg_;
   size_t maxEntries_, maxBytes_, page_;
   mutable std::mutex mu_;
-  Map map_;                  // by base; overlaps only with referenced entries
-  std::list<Node*> lru_;     // unreferenced entries, oldest first
+  Map map_;               // by base; overlaps only with referenced entries
+  std::list<Node*> lru_;  // unreferenced entries, oldest first
   size_t bytes_ = 0;
-  size_t maxLen_ = 0;        // longest entry ever inserted: bounds the backward scan
+  size_t maxLen_ = 0;  // longest entry ever inserted: bounds the backward scan
   Stats stats_;
 };
 

@@ -46,8 +46,8 @@ int NetConnection::pollFd() const {
   // Nets that move bytes only inside test() (UCX over tcp) need a wake-up for
   // either direction while a ring step both sends and receives: one epoll fd
   // (level-triggered, readable while either member is) stands for both.
-  if (!recvs_.empty() && !sends_.empty() && sendFd_ >= 0 && recvFd_ >= 0 &&
-      sendFd_ != recvFd_ && bothFd_ != -2) {
+  if (!recvs_.empty() && !sends_.empty() && sendFd_ >= 0 && recvFd_ >= 0 && sendFd_ != recvFd_ &&
+      bothFd_ != -2) {
     if (bothFd_ < 0) {
       bothFd_ = epoll_create1(EPOLL_CLOEXEC);
       epoll_event ev{};

@@ -24,9 +24,8 @@ volatile uint64_t gProbeWord = 0;
 std::once_flag gProbeOnce;
 
 void initProbe() {
-  std::call_once(gProbeOnce, [] {
-    gProbeWord = 0x74696465636d6100ULL ^ static_cast<uint64_t>(getpid());
-  });
+  std::call_once(gProbeOnce,
+                 [] { gProbeWord = 0x74696465636d6100ULL ^ static_cast<uint64_t>(getpid()); });
 }
 
 #ifndef MADV_COLLAPSE

@@ -9,8 +9,8 @@
 
 #include <sys/types.h>
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
