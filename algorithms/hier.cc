@@ -337,6 +337,7 @@ Task hierReduceScatter(ExecCtx& ctx) {
   co_await groupReduceScatter(ctx, L.intra, intra, mine, seg);
   // Inter: node i's partial of segment (i, j) goes to (i, j).
   std::vector<SegList> inter;
+  inter.reserve(nn);
   for (int i = 0; i < nn; ++i) inter.push_back({mine[i]});
   const SegList dst(1, out);
   co_await groupReduceScatter(ctx, L.inter, inter, dst, seg);

@@ -4,7 +4,9 @@
 #   2. the `gpu` suite: device kernels vs the host reference, every dtype x op,
 #      plus kernel bandwidth against a device-to-device copy; the device
 #      All-Reduce engine (one-shot / two-shot, peer-mapped scratch) at 1, 2, 4
-#      ranks on GPU 0 as threads and as processes, with its bandwidth
+#      ranks on GPU 0 as threads and as processes, with its bandwidth; Tide's
+#      API on CUDA streams (every collective x dtype, large pipelined
+#      All-Reduce, CUDA graph capture + 3 replays) at 1, 2, 4 ranks as threads
 #   3. the perf tools (*_perf) at 1, 2 and 4 ranks (processes) from 8 B to 1 GiB
 #      on host buffers, and the NCCL shim on device buffers (every collective x
 #      datatype at 1, 2, 4 ranks on the one GPU, as threads and as processes)
@@ -143,6 +145,23 @@ if [ -x "$dct" ]; then
         row "    $b B: busbw 1shot/2shot" "info" "$bw1 / $bw2 GB/s, d2d copy $cp GB/s, of bound ${e1:-?} / ${e2:-?}"
       fi
     done
+  done
+fi
+
+# ---- 2c. Public API on CUDA streams (stream-ordered, graph-capturable) ------------
+step "CUDA stream path"
+gpu_test stream_device_test stream_device_test.cc "CUDA stream test"
+sst=$gpu_exe
+if [ -x "$sst" ]; then
+  for n in 1 2 4; do
+    step "stream_device_test $n"
+    out=$(timeout 120 "$sst" "$n" 2>&1); rc=$?
+    echo "$out" >>"$log"
+    case $rc in
+      0) res=ok ;; 77) res=skip ;; 124) res=TIMEOUT ;; *) res=FAILED ;;
+    esac
+    row "  CUDA stream + graphs, $n ranks as threads" "$res" \
+      "$(grep -m1 -E 'SKIP|stream_device_test:|rank [0-9]+:' <<<"$out" | cut -c1-80), rc $rc"
   done
 fi
 

@@ -171,7 +171,7 @@ std::string detailOf(ncclComm_t c) {
 // group end when inside a group. `make` returns Tide's result and the new
 // tideComm_t (null when this rank gets none).
 ncclResult_t derive(ncclComm_t parent, ncclComm_t* newcomm, ncclConfig_t* config, const char* what,
-                    std::function<tideResult_t(tideComm_t*, tideConfig_t*)> make) {
+                    const std::function<tideResult_t(tideComm_t*, tideConfig_t*)>& make) {
   if (parent == nullptr || newcomm == nullptr) {
     return fail(parent, ncclInvalidArgument, "%s: comm or newcomm is NULL", what);
   }
@@ -327,6 +327,7 @@ SHIM_API ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     }
     std::vector<ncclResult_t> rs(ndev, ncclSuccess);
     std::vector<std::thread> threads;
+    threads.reserve(ndev);
     for (int i = 0; i < ndev; ++i) {
       threads.emplace_back(
           [&, i] { rs[i] = createTide(cs[i].get(), ndev, id, i, Settings{}, what); });

@@ -18,33 +18,26 @@ namespace {
 
 tideDataType_t td(ncclDataType_t t) { return static_cast<tideDataType_t>(t); }
 
-// How a call's buffers are handled. Host-buffer mode: as they are. GPU mode:
-// host buffers after the caller's stream has drained; device buffers on a
-// one-rank communicator with copies on the caller's stream (*local: stream-
-// ordered, capturable in CUDA graphs) when the operation allows, otherwise
-// staged through host memory (shim/staging.h) for the same Tide collective.
+// How a call's buffers are handled. Host-buffer mode: as they are, blocking.
+// GPU mode: the buffers (device or host) and the caller's stream go to Tide,
+// which orders the operation on the stream; a one-rank communicator with
+// device buffers copies on the stream itself (*local); a PreMulSum, scaled
+// on the host, and calls on the NULL stream stage synchronously
+// (shim/staging.h).
 struct Route {
   bool local = false;
-  std::shared_ptr<shim::Staging> st;
+  bool device = false;
 };
 
 ncclResult_t route(ncclComm_t comm, const char* what, ncclDataType_t dt, const void* a,
-                   const void* b, cudaStream_t stream, shim::Staging::Plan plan, Route* rt) {
+                   const void* b, Route* rt) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", what);
   if (!shim::dtypeOk(dt)) {
     return fail(comm, ncclInvalidArgument, "%s: invalid datatype %d", what, static_cast<int>(dt));
   }
-  const bool device =
+  rt->device =
       !comm->hostMode && (tide::cuda::isDevicePointer(a) || tide::cuda::isDevicePointer(b));
-  rt->local = device && comm->nranks == 1;
-  if (!device && !comm->hostMode) {
-    const int rc = tide::cuda::waitStream(reinterpret_cast<tide::cuda::CuStream>(stream), 600.0);
-    if (rc != 0) {
-      return fail(comm, ncclUnhandledCudaError, "%s: waiting for the stream: %s", what,
-                  tide::cuda::driverErrorString(rc).c_str());
-    }
-  }
-  rt->st = std::make_shared<shim::Staging>(comm, what, stream, device, std::move(plan));
+  rt->local = rt->device && comm->nranks == 1;
   return ncclSuccess;
 }
 
@@ -158,10 +151,11 @@ ncclResult_t runCall(const Call& c, cudaStream_t stream, shim::Staging::Plan pla
                      std::function<tideResult_t(const shim::Staging&)> run,
                      ncclRedOp_t op = ncclSum, Reduction* red = nullptr) {
   Route rt;
-  ncclResult_t r = route(c.comm, c.what, c.dt, c.send, c.recv, stream, std::move(plan), &rt);
+  ncclResult_t r = route(c.comm, c.what, c.dt, c.send, c.recv, &rt);
   if (r == ncclSuccess && red != nullptr) r = resolveOp(c.comm, op, c.dt, c.what, red);
   if (r != ncclSuccess) return r;
-  if (rt.local && (red == nullptr || !red->preMul)) {
+  const bool preMul = red != nullptr && red->preMul;
+  if (rt.local && !preMul) {
     switch (c.local) {
       case Call::Local::kSend:
         return localSendRecv(c.comm, c.what, true, const_cast<void*>(c.send), c.bytes, stream);
@@ -172,7 +166,12 @@ ncclResult_t runCall(const Call& c, cudaStream_t stream, shim::Staging::Plan pla
     }
     return localCopy(c.comm, c.what, c.recv, c.send, c.bytes, stream);
   }
-  auto st = rt.st;
+  // Staged synchronously (shim/staging.h): a PreMulSum, which scales on the
+  // host, and the NULL stream (the legacy default stream: ranks as threads
+  // of one process share it, so stream-ordered collectives on it would wait
+  // for each other's turn forever).
+  const bool stage = !c.comm->hostMode && (preMul || stream == nullptr);
+  auto st = std::make_shared<shim::Staging>(c.comm, c.what, stream, stage, std::move(plan));
   return shim::submit(
       c.comm, c.what, static_cast<double>(c.bytes), [st, run = std::move(run)] { return run(*st); },
       st);
@@ -205,7 +204,7 @@ ncclResult_t reduction(const Call& c, cudaStream_t stream, ncclRedOp_t op, size_
         tideCommCount(comm->tide, &nranks);
         inCount *= static_cast<size_t>(nranks);
       }
-      return run(red->input(st.in(), inCount, dt), st.out(), red->op);
+      return run(red->input(st.in(), inCount, dt), st.out(), red->op, st.tideStream());
     };
     return runCall(c, stream, std::move(plan), call, op, red.get());
   });
@@ -278,8 +277,8 @@ SHIM_API ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_
         s.input(sendbuff, bytes);
         s.output(recvbuff, bytes);
       },
-      [=](const void* in, void* out, tideRedOp_t red) {
-        return tideAllReduce(in, out, count, td(datatype), red, comm->tide, nullptr);
+      [=](const void* in, void* out, tideRedOp_t red, tideStream_t ts) {
+        return tideAllReduce(in, out, count, td(datatype), red, comm->tide, ts);
       });
 }
 SHIM_ALIAS(ncclAllReduce)
@@ -294,8 +293,8 @@ SHIM_API ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t c
         s.input(sendbuff, bytes);
         s.output(recvbuff, bytes, rank == root);
       },
-      [=](const void* in, void* out, tideRedOp_t red) {
-        return tideReduce(in, out, count, td(datatype), red, root, comm->tide, nullptr);
+      [=](const void* in, void* out, tideRedOp_t red, tideStream_t ts) {
+        return tideReduce(in, out, count, td(datatype), red, root, comm->tide, ts);
       });
 }
 SHIM_ALIAS(ncclReduce)
@@ -310,8 +309,8 @@ SHIM_API ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, s
         s.input(sendbuff, bytes * static_cast<size_t>(n));
         s.output(recvbuff, bytes);
       },
-      [=](const void* in, void* out, tideRedOp_t red) {
-        return tideReduceScatter(in, out, recvcount, td(datatype), red, comm->tide, nullptr);
+      [=](const void* in, void* out, tideRedOp_t red, tideStream_t ts) {
+        return tideReduceScatter(in, out, recvcount, td(datatype), red, comm->tide, ts);
       });
 }
 SHIM_ALIAS(ncclReduceScatter)
@@ -329,7 +328,7 @@ SHIM_API ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_
       [=](const shim::Staging& st) {
         // Non-roots read nothing: hand Tide their (staged) receive buffer.
         const void* src = st.in() != nullptr ? st.in() : st.out();
-        return tideBroadcast(src, st.out(), count, td(datatype), root, comm->tide, nullptr);
+        return tideBroadcast(src, st.out(), count, td(datatype), root, comm->tide, st.tideStream());
       });
 }
 SHIM_ALIAS(ncclBroadcast)
@@ -351,7 +350,8 @@ SHIM_API ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_
         s.output(recvbuff, bytes * static_cast<size_t>(n));
       },
       [=](const shim::Staging& st) {
-        return tideAllGather(st.in(), st.out(), sendcount, td(datatype), comm->tide, nullptr);
+        return tideAllGather(st.in(), st.out(), sendcount, td(datatype), comm->tide,
+                             st.tideStream());
       });
 }
 SHIM_ALIAS(ncclAllGather)
@@ -366,7 +366,7 @@ SHIM_API ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t
         s.output(recvbuff, bytes * static_cast<size_t>(n));
       },
       [=](const shim::Staging& st) {
-        return tideAlltoAll(st.in(), st.out(), count, td(datatype), comm->tide, nullptr);
+        return tideAlltoAll(st.in(), st.out(), count, td(datatype), comm->tide, st.tideStream());
       });
 }
 SHIM_ALIAS(ncclAlltoAll)
@@ -378,7 +378,7 @@ namespace {
 // `send`/`recv` are what Tide sees (host copies when staged); in place when
 // the root's own block of the big buffer is the small one.
 tideResult_t gatherScatter(bool gather, const void* send, void* recv, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm) {
+                           ncclDataType_t datatype, int root, ncclComm_t comm, tideStream_t ts) {
   const size_t bytes = count * shim::dtypeBytes(datatype);
   int n = 0, me = 0;
   tideCommCount(comm->tide, &n);
@@ -397,13 +397,13 @@ tideResult_t gatherScatter(bool gather, const void* send, void* recv, size_t cou
   if (isRoot) {
     for (int p = 0; p < n && res == tideSuccess; ++p) {
       if (p == me && block(p) == small) continue;  // in place
-      res = gather ? tideRecv(block(p), count, td(datatype), p, comm->tide, nullptr)
-                   : tideSend(block(p), count, td(datatype), p, comm->tide, nullptr);
+      res = gather ? tideRecv(block(p), count, td(datatype), p, comm->tide, ts)
+                   : tideSend(block(p), count, td(datatype), p, comm->tide, ts);
     }
   }
   if (res == tideSuccess && !(isRoot && block(me) == small)) {
-    res = gather ? tideSend(send, count, td(datatype), root, comm->tide, nullptr)
-                 : tideRecv(recv, count, td(datatype), root, comm->tide, nullptr);
+    res = gather ? tideSend(send, count, td(datatype), root, comm->tide, ts)
+                 : tideRecv(recv, count, td(datatype), root, comm->tide, ts);
   }
   const tideResult_t end = tideGroupEnd();
   return res != tideSuccess ? res : end;
@@ -426,7 +426,8 @@ ncclResult_t gatherScatterCall(bool gather, const void* sendbuff, void* recvbuff
         }
       },
       [=](const shim::Staging& st) {
-        return gatherScatter(gather, st.in(), st.out(), count, datatype, root, comm);
+        return gatherScatter(gather, st.in(), st.out(), count, datatype, root, comm,
+                             st.tideStream());
       });
 }
 
@@ -451,8 +452,8 @@ ncclResult_t pointToPoint(bool isSend, void* buf, size_t count, ncclDataType_t d
         }
       },
       [=](const shim::Staging& st) {
-        return isSend ? tideSend(st.in(), count, td(datatype), peer, comm->tide, nullptr)
-                      : tideRecv(st.out(), count, td(datatype), peer, comm->tide, nullptr);
+        return isSend ? tideSend(st.in(), count, td(datatype), peer, comm->tide, st.tideStream())
+                      : tideRecv(st.out(), count, td(datatype), peer, comm->tide, st.tideStream());
       });
 }
 

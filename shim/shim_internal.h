@@ -94,7 +94,8 @@ class Staging;  // shim/staging.h
 // pull() runs right before `op` and its push() after `op` completed (at the
 // outermost group end when inside a group, once every operation finished).
 ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
-                    std::function<tideResult_t()> op, std::shared_ptr<Staging> staging = nullptr);
+                    std::function<tideResult_t()> op,
+                    const std::shared_ptr<Staging>& staging = nullptr);
 
 // ---- Helpers ------------------------------------------------------------------
 size_t dtypeBytes(ncclDataType_t t);  // 0 when invalid
@@ -124,4 +125,5 @@ ncclResult_t guarded(ncclComm_t comm, const char* what, F&& body) noexcept {
 
 // Entry points: pnccl* is defined and exported, nccl* is a weak alias.
 #define SHIM_API extern "C" __attribute__((visibility("default")))
+// NOLINTNEXTLINE(bugprone-macro-parentheses): `name` is pasted, not evaluated
 #define SHIM_ALIAS(name) SHIM_API decltype(p##name) name __attribute__((weak, alias("p" #name)));

@@ -227,7 +227,7 @@ ncclResult_t groupPop(ncclSimInfo_t* simulate) {
 }
 
 ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
-                    std::function<tideResult_t()> op, std::shared_ptr<Staging> staging) {
+                    std::function<tideResult_t()> op, const std::shared_ptr<Staging>& staging) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", what);
   if (!inGroup() && (comm->initState != ncclSuccess || comm->tide == nullptr)) {
     return fail(comm, ncclInvalidUsage, "%s: communicator is not initialised", what);
@@ -244,7 +244,7 @@ ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
   };
   if (inGroup()) {
     deferOp(std::move(run), bytes);
-    if (staging != nullptr) tGroup.posts.push_back([staging] { return staging->push(); });
+    if (staging != nullptr) tGroup.posts.emplace_back([staging] { return staging->push(); });
     return ncclSuccess;
   }
   const ncclResult_t r = run();

@@ -79,6 +79,11 @@ ncclResult_t Staging::pull() {
   return ncclSuccess;
 }
 
+tideStream_t Staging::tideStream() const {
+  if (comm_->hostMode || stage_) return nullptr;
+  return reinterpret_cast<tideStream_t>(stream_ != nullptr ? stream_ : cudaStreamLegacy);
+}
+
 ncclResult_t Staging::push() {
   if (outHost_ == nullptr || !copyBack_) return ncclSuccess;
   return copyOnStream(comm_, what_, out_, outHost_, outBytes_, stream_);

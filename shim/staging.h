@@ -1,13 +1,14 @@
-// Device buffers on communicators of more than one rank, staged through host
-// memory (part of the NCCL shim; not installed).
+// The buffers of one NCCL call as Tide sees them (part of the NCCL shim; not
+// installed).
 //
-// Tide's collectives run on host memory today, so the shim moves a device
-// input to host memory on the caller's stream (stream-ordered after the work
-// that produced it), runs the same Tide collective as for host buffers, and
-// moves the result back on the caller's stream before returning (or, inside
-// an NCCL group, after the group's operations finished). Correct for any
-// number of ranks per GPU, as threads or processes; not capturable in a CUDA
-// graph (the copies are waited for). Host buffers pass through unchanged.
+// Normally nothing is staged here: the caller's buffers (device or host) and
+// its cudaStream_t go straight to Tide, whose core orders the operation on
+// the stream (asynchronous, capturable in CUDA graphs; core/device_stream.h).
+// Only a PreMulSum, which the shim scales on the host, and calls on the NULL
+// (legacy default) stream, which ranks as threads share, still stage
+// synchronously: a device input is copied to host memory on the caller's
+// stream and waited for, the Tide collective runs blocking, and the result
+// is copied back and waited for (not capturable).
 #pragma once
 
 #include <nccl.h>
@@ -16,6 +17,8 @@
 #include <functional>
 #include <memory>
 #include <vector>
+
+#include "tide/tide.h"
 
 namespace tide::shim {
 
@@ -45,6 +48,9 @@ class Staging {
   // caller's pointer. Valid after pull().
   const void* in() const { return inHost_ != nullptr ? inHost_ : in_; }
   void* out() const { return outHost_ != nullptr ? outHost_ : out_; }
+  // The stream to hand Tide: the caller's CUDA stream (the legacy default
+  // stream for NULL), or NULL (blocking) in host-buffer mode and when staging.
+  tideStream_t tideStream() const;
 
  private:
   ncclComm_t comm_;

@@ -1,6 +1,7 @@
 // hwloc-based detection: the live machine or an hwloc XML of another one
 // go through the same walk (fromHwloc), so cluster-node XMLs test the code
 // path a cluster node takes.
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -166,7 +167,7 @@ class HwlocWalker {
         double mbs = static_cast<double>(dist->values[i * dist->nbobjs + j]);
         if (mbs <= 0) continue;
         double gbs = mbs / 1000.0;
-        int count = std::max(1, static_cast<int>(gbs / kNvLinkPerLinkGBs + 0.5));
+        int count = std::max(1, static_cast<int>(std::lround(gbs / kNvLinkPerLinkGBs)));
         t_->links.push_back(Link{a->second, b->second, LinkKind::NvLink, count, gbs, kNvLinkLatUs});
       }
     }

@@ -31,7 +31,7 @@ std::vector<std::string> listDir(const std::string& path) {
   DIR* d = opendir(path.c_str());
   if (d == nullptr) return out;
   while (dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') out.push_back(e->d_name);
+    if (e->d_name[0] != '.') out.emplace_back(e->d_name);
   }
   closedir(d);
   std::sort(out.begin(), out.end());

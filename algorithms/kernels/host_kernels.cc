@@ -20,6 +20,7 @@
 #include "core/registry.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TIDE_KERNELS_X86 1
 #else
@@ -421,7 +422,7 @@ void divideInt(void* dst, const void* src, size_t n, uint64_t divisor) {
   if (divisor > static_cast<uint64_t>(kMax)) {
     // |x| < divisor, so the quotient is 0, except kMin / (kMax + 1) == -1.
     const bool minusOne = std::is_signed_v<T> && divisor == static_cast<uint64_t>(kMax) + 1;
-    for (size_t i = 0; i < n; ++i) d[i] = (minusOne && s[i] == kMin) ? T(-1) : T(0);
+    for (size_t i = 0; i < n; ++i) d[i] = (minusOne && s[i] == kMin) ? static_cast<T>(-1) : T{};
     return;
   }
   const T q = static_cast<T>(divisor);  // positive and in range
@@ -470,7 +471,12 @@ bool hostIsaSupported(HostIsa isa) {
     case HostIsa::kAvx2:
 #if TIDE_KERNELS_X86
       __builtin_cpu_init();  // may run before libgcc's own initializer
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      if (!__builtin_cpu_supports("avx2")) return false;
+      {
+        // F16C through cpuid (leaf 1, ECX): clang has no "f16c" feature name.
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+      }
 #else
       return false;
 #endif

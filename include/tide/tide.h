@@ -94,8 +94,13 @@ typedef enum {
 
 /* Opaque stream handle. For host buffers: NULL means "complete before the
  * call returns"; a stream from tideStreamCreate makes operations asynchronous
- * and ordered on that stream. For device buffers a cudaStream_t cast to
- * tideStream_t is accepted (later versions). */
+ * and ordered on that stream. A cudaStream_t (CUstream) cast to tideStream_t
+ * is accepted too (any non-NULL stream tideStreamCreate did not make, when a
+ * CUDA driver is usable): the call returns at once, the operation is ordered
+ * on that CUDA stream and may be captured in a CUDA graph; device and host
+ * buffers alike (device buffers are detected per buffer and need a CUDA
+ * stream); errors surface through tideCommGetAsyncError. tideStreamSynchronize
+ * and tideStreamQuery accept such a stream, tideStreamDestroy does not. */
 typedef struct tideStream* tideStream_t;
 
 #define TIDE_UNIQUE_ID_BYTES 128
@@ -150,7 +155,7 @@ tideResult_t tideCommInitFromEnv(tideComm_t* comm);
 /* Collective over the ranks of `comm`. Ranks with the same color form a new
  * communicator ordered by (key, old rank); color TIDE_SPLIT_NOCOLOR gets
  * *newcomm = NULL. */
-#define TIDE_SPLIT_NOCOLOR -1
+#define TIDE_SPLIT_NOCOLOR (-1)
 tideResult_t tideCommSplit(tideComm_t comm, int color, int key, tideComm_t* newcomm,
                            tideConfig_t* config);
 

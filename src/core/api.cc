@@ -11,10 +11,12 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/config.h"
+#include "core/device_stream.h"
 #include "core/enqueue.h"
 #include "core/env_init.h"
 #include "core/log.h"
 #include "core/shrink.h"
+#include "cuda/cuda_loader.h"
 #include "tide/tide.h"
 #include "tide_build_config.h"
 
@@ -313,6 +315,36 @@ TIDE_API tideResult_t tideCommGetTraffic(tideComm_t comm, tideTraffic_t* traffic
 
 // ---- Streams ------------------------------------------------------------------------
 
+namespace {
+
+// A CUDA stream passed as tideStream_t: waits for it (bounded by TIDE_TIMEOUT)
+// or, with wait false, polls it. Errors of its Tide operations are reported
+// by tideCommGetAsyncError, as with NCCL.
+Status cudaStreamWait(tideStream_t stream, bool wait) {
+  tide::StreamKind kind;
+  TIDE_TRY(tide::classifyStream(stream, &kind));
+  std::string why;
+  if (tide::cuda::ensureContext(&why) < 0) {
+    return tide::makeStatus(tideUnhandledDeviceError, "%s", why.c_str());
+  }
+  auto s = reinterpret_cast<tide::cuda::CuStream>(stream);
+  const int rc =
+      wait ? tide::cuda::waitStream(s, static_cast<double>(tide::knobInt(tide::Knob::Timeout)))
+           : tide::cuda::driver()->cuStreamQuery(s);
+  if (rc == tide::cuda::kCudaErrorNotReady) {
+    return wait ? tide::timeoutError("CUDA stream %p did not drain within TIDE_TIMEOUT",
+                                     static_cast<void*>(stream))
+                : Status(tideInProgress, "");
+  }
+  if (rc != tide::cuda::kCudaSuccess) {
+    return tide::makeStatus(tideUnhandledDeviceError, "CUDA stream %p: %s",
+                            static_cast<void*>(stream), tide::cuda::driverErrorString(rc).c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 TIDE_API tideResult_t tideStreamCreate(tideStream_t* stream) {
   return guarded("tideStreamCreate", nullptr, [&]() -> Status {
     if (stream == nullptr) return tide::invalidArgument("stream is NULL");
@@ -323,6 +355,7 @@ TIDE_API tideResult_t tideStreamCreate(tideStream_t* stream) {
 TIDE_API tideResult_t tideStreamSynchronize(tideStream_t stream) {
   return guarded("tideStreamSynchronize", nullptr, [&]() -> Status {
     if (stream == nullptr) return Status::Ok();  // NULL stream work is already complete
+    if (!tide::isHostStream(stream)) return cudaStreamWait(stream, true);
     return tideStreamSynchronizeImpl(stream);
   });
 }
@@ -330,6 +363,7 @@ TIDE_API tideResult_t tideStreamSynchronize(tideStream_t stream) {
 TIDE_API tideResult_t tideStreamQuery(tideStream_t stream) {
   return guarded("tideStreamQuery", nullptr, [&]() -> Status {
     if (stream == nullptr) return Status::Ok();
+    if (!tide::isHostStream(stream)) return cudaStreamWait(stream, false);
     return tideStreamQueryImpl(stream);
   });
 }
@@ -337,6 +371,10 @@ TIDE_API tideResult_t tideStreamQuery(tideStream_t stream) {
 TIDE_API tideResult_t tideStreamDestroy(tideStream_t stream) {
   return guarded("tideStreamDestroy", nullptr, [&]() -> Status {
     if (stream == nullptr) return tide::invalidArgument("stream is NULL");
+    if (!tide::isHostStream(stream)) {
+      return tide::invalidArgument("stream %p was not made by tideStreamCreate (or was destroyed)",
+                                   static_cast<void*>(stream));
+    }
     return tideStreamDestroyImpl(stream);
   });
 }

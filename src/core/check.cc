@@ -78,7 +78,8 @@ std::string groupByValue(const std::vector<std::string>& vals) {
   for (const std::string& v : order) {
     if (!out.empty()) out += "; ";
     const std::string& rs = ranks[v];
-    out += (rs.find(',') == std::string::npos ? "rank " : "ranks ") + rs + ": " + v;
+    out += rs.find(',') == std::string::npos ? "rank " : "ranks ";
+    out.append(rs).append(": ").append(v);
   }
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include "core/affinity.h"
 #include "core/config.h"
+#include "core/device_stream.h"
 #include "core/enqueue.h"
 #include "core/log.h"
 #include "core/probe.h"
@@ -218,6 +219,7 @@ Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int 
 }
 
 void teardownCommunicator(tideComm* comm) {
+  stopDeviceStreams(comm);  // its proxy thread uses the connections
   detachLane(comm);
   comm->bell = &comm->privateBell;  // the shm doorbell dies with the connections
   comm->owned.clear();

@@ -15,9 +15,12 @@
 
 #include "core/check.h"
 #include "core/config.h"
+#include "core/device_stream.h"
 #include "core/job.h"
 #include "core/log.h"
 #include "core/registry.h"
+#include "cuda/cuda_loader.h"
+#include "cuda/stream_order.h"
 
 namespace tide {
 
@@ -224,7 +227,18 @@ Status submitLocal(std::vector<OpDesc>& ops) {
 Status submit(std::vector<OpDesc>& ops) {
   if (ops.empty()) return Status::Ok();
   bool anyStream = false;
-  for (const OpDesc& op : ops) anyStream |= op.stream != nullptr;
+  size_t cudaOps = 0;
+  for (const OpDesc& op : ops) {
+    anyStream |= op.stream != nullptr;
+    cudaOps += (op.stream != nullptr && !isHostStream(op.stream)) ? 1 : 0;
+  }
+  if (cudaOps > 0) {
+    if (cudaOps != ops.size()) {
+      ops.clear();
+      return invalidUsage("a group mixes CUDA streams with host streams or the NULL stream");
+    }
+    return submitDevice(ops);
+  }
   if (!anyStream && !tLocalBusy) return submitLocal(ops);
   auto job = std::make_shared<Job>();
   job->ops = std::move(ops);
@@ -256,6 +270,24 @@ Status submit(std::vector<OpDesc>& ops) {
   }
   return job->result;
 }
+
+}  // namespace
+
+void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
+  std::lock_guard<std::mutex> lock(gIssueMu);
+  for (OpDesc& op : job.ops) {
+    bool seen = false;
+    for (auto& t : job.tickets) seen |= (t.first == op.comm);
+    if (!seen) {
+      std::lock_guard<std::mutex> cl(op.comm->execMu);
+      job.tickets.emplace_back(op.comm, op.comm->nextTicket++);
+      op.comm->users.fetch_add(1);
+    }
+  }
+  if (alsoLocked) alsoLocked();
+}
+
+namespace {
 
 // ---- Small-collective lane -------------------------------------------------------------
 
@@ -405,6 +437,21 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     if (tGroup.depth > 0 && tGroup.firstError.ok()) tGroup.firstError = v;
     return v;
   }
+  StreamKind kind = StreamKind::kHost;
+  Status c;
+  if (stream != nullptr) {
+    c = classifyStream(stream, &kind);
+  } else if (cuda::driverIfProbed() != nullptr &&
+             (cuda::isDevicePointer(sendbuff) || cuda::isDevicePointer(recvbuff))) {
+    c = invalidArgument(
+        "%s: device buffers need a CUDA stream (the NULL stream runs blocking "
+        "on host buffers)",
+        collName(type));
+  }
+  if (!c.ok()) {
+    if (tGroup.depth > 0 && tGroup.firstError.ok()) tGroup.firstError = c;
+    return c;
+  }
   OpDesc d;
   d.comm = comm;
   d.stream = stream;
@@ -436,10 +483,38 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
                            dtypeName(a.dtype));
   }
   const bool coll = type != CollType::Send && type != CollType::Recv;
-  auto tagOf = [&] {
-    return opTagOf(comm->collCount++, static_cast<int>(type), count, dtype, reduces(type) ? op : -1,
+  auto tagOf = [&](size_t n = SIZE_MAX) {
+    return opTagOf(comm->collCount++, static_cast<int>(type), n == SIZE_MAX ? count : n, dtype,
+                   reduces(type) ? op : -1,
                    (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
   };
+  auto chooseAlgo = [&](const CollArgs& args) {
+    const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
+    return (forced && (!forced->supports || forced->supports(args, comm->nranks)))
+               ? forced
+               : cachedAutoAlgo(args, comm);
+  };
+  if (kind == StreamKind::kCuda && type == CollType::AllReduce && tGroup.depth == 0) {
+    // Large All-Reduce on a CUDA stream: a pipeline of chunks. The same
+    // schedule on every rank: it depends only on the call and the knob (not
+    // on where this rank's buffers live).
+    static const size_t chunkBytes = knobSize(Knob::CudaStageChunk);
+    if (chunkBytes > 0 && count * a.elemSize > chunkBytes) {
+      std::vector<OpDesc> chunks;
+      for (const cuda::Chunk& c : cuda::chunkSchedule(count, a.elemSize, chunkBytes, 4096)) {
+        OpDesc cd = d;
+        cd.args.count = c.count;
+        cd.args.sendbuff = static_cast<const char*>(sendbuff) + c.offset * a.elemSize;
+        cd.args.recvbuff = static_cast<char*>(recvbuff) + c.offset * a.elemSize;
+        cd.algo = chooseAlgo(cd.args);
+        if (cd.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
+        cd.seq = comm->opCount++;
+        cd.tag = tagOf(c.count);
+        chunks.push_back(cd);
+      }
+      return submitDevicePipelined(chunks, 2);
+    }
+  }
   if (coll && stream == nullptr && tGroup.depth == 0) {
     // Blocking and alone: the lane takes it when the shape fits (the same
     // decision on every rank).
@@ -451,10 +526,7 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     }
   }
   if (coll) {
-    const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
-    d.algo = (forced && (!forced->supports || forced->supports(a, comm->nranks)))
-                 ? forced
-                 : cachedAutoAlgo(a, comm);
+    d.algo = chooseAlgo(a);
     if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
   }
   d.seq = comm->opCount++;

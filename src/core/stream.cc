@@ -1,11 +1,15 @@
 // Host streams: a worker thread per stream runs its jobs in order, so the
-// caller's thread is free to compute while communication progresses.
+// caller's thread is free to compute while communication progresses. The
+// registry of live host streams tells them apart from CUDA streams passed as
+// tideStream_t (core/device_stream.h).
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
+#include "core/device_stream.h"
 #include "core/job.h"
 #include "core/log.h"
 
@@ -26,6 +30,9 @@ struct tideStream {
 namespace tide {
 
 namespace {
+
+std::mutex gStreamsMu;
+std::set<const tideStream*> gStreams;  // made by tideStreamCreate, not destroyed
 
 void workerLoop(tideStream* s) {
   for (;;) {
@@ -59,6 +66,11 @@ void workerLoop(tideStream* s) {
 
 }  // namespace
 
+bool isHostStream(const tideStream* s) {
+  std::lock_guard<std::mutex> lock(gStreamsMu);
+  return gStreams.count(s) != 0;
+}
+
 void streamEnqueue(tideStream* stream, std::shared_ptr<Job> job) {
   bool wake;
   {
@@ -75,6 +87,10 @@ void streamEnqueue(tideStream* stream, std::shared_ptr<Job> job) {
 tide::Status tideStreamCreateImpl(tideStream** out) {
   auto* s = new tideStream();
   s->worker = std::thread(tide::workerLoop, s);
+  {
+    std::lock_guard<std::mutex> lock(tide::gStreamsMu);
+    tide::gStreams.insert(s);
+  }
   *out = s;
   return tide::Status::Ok();
 }
@@ -102,6 +118,10 @@ tide::Status tideStreamDestroyImpl(tideStream* s) {
   }
   s->cv.notify_all();
   s->worker.join();
+  {
+    std::lock_guard<std::mutex> lock(tide::gStreamsMu);
+    tide::gStreams.erase(s);
+  }
   tide::Status err = std::move(s->firstError);
   delete s;
   return err;

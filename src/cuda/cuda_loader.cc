@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +84,12 @@ bool resolveAll(void* lib, DriverApi* a, std::string* missing) {
        "cuIpcOpenMemHandle");
   need(resolve(lib, &a->cuIpcCloseMemHandle, "cuIpcCloseMemHandle"), "cuIpcCloseMemHandle");
   need(resolve(lib, &a->cuModuleUnload, "cuModuleUnload"), "cuModuleUnload");
+  // Optional (checked where used: core/device_stream.cc).
+  resolve(lib, &a->cuLaunchHostFunc, "cuLaunchHostFunc");
+  resolve(lib, &a->cuStreamWaitValue32, "cuStreamWaitValue32", "cuStreamWaitValue32_v2");
+  resolve(lib, &a->cuStreamWriteValue32, "cuStreamWriteValue32", "cuStreamWriteValue32_v2");
+  resolve(lib, &a->cuStreamIsCapturing, "cuStreamIsCapturing");
+  resolve(lib, &a->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   return ok;
 }
 
@@ -145,10 +152,15 @@ void doProbe(Loaded* l) {
   p.detail = buf;
 }
 
+std::atomic<const DriverApi*> gProbedApi{nullptr};
+
 Loaded& loaded() {
   static Loaded l;
   static std::once_flag once;
-  std::call_once(once, [] { doProbe(&l); });
+  std::call_once(once, [] {
+    doProbe(&l);
+    if (l.apiOk) gProbedApi.store(&l.api, std::memory_order_release);
+  });
   return l;
 }
 
@@ -178,6 +190,8 @@ const DriverApi* driver() {
   Loaded& l = loaded();
   return l.apiOk ? &l.api : nullptr;
 }
+
+const DriverApi* driverIfProbed() { return gProbedApi.load(std::memory_order_acquire); }
 
 std::string driverErrorString(int result) {
   const DriverApi* api = driver();

@@ -84,10 +84,22 @@ struct DriverApi {
   int (*cuIpcOpenMemHandle)(CuDevPtr* ptr, CuIpcMemHandle handle, unsigned int flags);  // _v2
   int (*cuIpcCloseMemHandle)(CuDevPtr ptr);
   int (*cuModuleUnload)(CuModule module);
+  // Stream-ordered device path (core/device_stream.cc). Optional: a driver
+  // without them still probes usable; the path then fails with a clear error.
+  int (*cuLaunchHostFunc)(CuStream stream, void (*fn)(void*), void* userData);
+  int (*cuStreamWaitValue32)(CuStream stream, CuDevPtr addr, unsigned value,
+                             unsigned flags);  // cuStreamWaitValue32_v2
+  int (*cuStreamWriteValue32)(CuStream stream, CuDevPtr addr, unsigned value,
+                              unsigned flags);               // cuStreamWriteValue32_v2
+  int (*cuStreamIsCapturing)(CuStream stream, int* status);  // CUstreamCaptureStatus
+  int (*cuThreadExchangeStreamCaptureMode)(int* mode);       // CUstreamCaptureMode
 };
 
 // Null unless probeGpu() says kUsable.
 const DriverApi* driver();
+// As driver(), but never probes: null until something else did (cheap; for
+// checks on hot paths that must not load the driver in host-only programs).
+const DriverApi* driverIfProbed();
 
 // "CUDA_ERROR_xxx: text" for a driver result (works without a driver too).
 std::string driverErrorString(int result);
@@ -102,6 +114,10 @@ inline constexpr unsigned kStreamNonBlocking = 1;        // CU_STREAM_NON_BLOCKI
 inline constexpr unsigned kMemHostAllocPortable = 1;     // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kMemHostAllocDeviceMap = 2;    // CU_MEMHOSTALLOC_DEVICEMAP
 inline constexpr unsigned kIpcLazyEnablePeerAccess = 1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+inline constexpr unsigned kStreamWaitValueEq = 1;        // CU_STREAM_WAIT_VALUE_EQ
+inline constexpr int kCaptureStatusNone = 0;             // CU_STREAM_CAPTURE_STATUS_NONE
+inline constexpr int kCaptureStatusActive = 1;           // CU_STREAM_CAPTURE_STATUS_ACTIVE
+inline constexpr int kCaptureModeRelaxed = 2;            // CU_STREAM_CAPTURE_MODE_RELAXED
 
 // True when `ptr` is device memory (cudaMalloc / cuMemAlloc / VMM) of any
 // context. False for host memory, unknown pointers and when no GPU is usable.

@@ -298,7 +298,7 @@ Status DeviceAllReduce::close(const AllGatherFn& allGather) {
     }
   }
   std::vector<int32_t> bar(nranks_, 1);
-  const Status b = allGather(bar.data(), sizeof(int32_t));
+  Status b = allGather(bar.data(), sizeof(int32_t));
   release();
   TIDE_TRY(s);
   return b;

@@ -9,6 +9,8 @@
 # Extra all_reduce_perf options: ARGS="-b 1M -e 64M -f 4 -w 2 -n 10" (default).
 # TIDE_UCX_* and UCX_* variables in the environment reach the ucx runs (A/B of
 # knobs, e.g. TIDE_UCX_NSTREAMS=4 or TIDE_UCX_TCP_RNDV_THRESH=0).
+# RATE=4gbit (ns mode): rate-limit each node's link with tc htb, so that the
+# link and not the 2 cores bounds both nets.
 set -u
 build=$1 mode=$2 reps=${3:-3}
 here=$(dirname "$(readlink -f "$0")")
@@ -23,7 +25,7 @@ cleanup() { [ "$mode" = ns ] && "$cluster" down "$name"; rm -rf "$tmp"; }
 trap cleanup EXIT
 if [ "$mode" = ns ]; then
   [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root"; exit 77; }
-  "$cluster" up "$name" 2 >/dev/null || exit $?
+  "$cluster" up "$name" 2 ${RATE:-} >/dev/null || exit $?
 fi
 
 run() {  # net rep
@@ -36,7 +38,7 @@ run() {  # net rep
   fi 2>&1 | awk '/^ +[0-9]+ +[0-9]+ /{ print $1, $8 }' >"$tmp/$1.$2"
 }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)${RATE:+, links $RATE}"
 for ((r = 0; r < reps; r++)); do
   run socket "$r"
   run ucx "$r"

@@ -1,14 +1,23 @@
 // Socket net pieces: TIDE_SOCKET_IFNAME syntax, device discovery, stripe
 // arithmetic, and real IPv4 / IPv6 transfers with the liveness options set.
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <vector>
 
+#include "transports/socket/socket_internal.h"
 #include "transports/socket/socket_net.h"
 
 namespace tide {
@@ -58,6 +67,160 @@ TEST(SocketStripes, Split) {
   EXPECT_LT(per * (n - 1), (1u << 20) + 1);
   socketStripes(64 << 20, 1, &n, &per);
   EXPECT_EQ(n, 1);
+}
+
+// A stripe's length travels in 32 bits: messages of 4 GiB and more (one
+// socket, or more than nsocks x 4 GiB) need more stripes, none over 4 GiB - 1.
+TEST(SocketStripes, NoStripeOver32Bits) {
+  for (uint64_t total : {uint64_t{1} << 32, (uint64_t{1} << 33) + 4096, uint64_t{40} << 30}) {
+    for (int nsocks : {1, 2, 4}) {
+      int n = 0;
+      uint64_t per = 0;
+      socketStripes(total, nsocks, &n, &per);
+      EXPECT_LE(per, uint64_t{UINT32_MAX}) << total << " bytes over " << nsocks;
+      EXPECT_GE(per * static_cast<uint64_t>(n), total);
+      EXPECT_LT(per * static_cast<uint64_t>(n - 1), total);
+    }
+  }
+}
+
+// Runs `body` in a child (the net reads its knobs once); returns its exit code.
+template <typename F>
+int inChild(F body) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+// makeComm takes the sockets (it clears `fds`); when it fails (here: no fd
+// left for its eventfds) it must close them and whatever it opened.
+TEST(SocketNet, MakeCommFailureLeaksNoFd) {
+  int rc = inChild([] {
+    setenv("TIDE_SOCKET_NTHREADS", "1", 1);
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) return 2;
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = static_cast<rlim_t>(std::max(sp[0], sp[1]) + 8);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return 3;
+    std::vector<int> filler;
+    for (int fd; (fd = dup(0)) >= 0;) filler.push_back(fd);
+    close(filler.back());  // one free slot: the done eventfd fits, the wake eventfd does not
+    filler.pop_back();
+    std::vector<int> fds{sp[0]};
+    socknet::Comm* c = nullptr;
+    if (socknet::makeComm(false, fds, &c) == tideSuccess) return 4;
+    if (!fds.empty()) return 5;
+    int freed = 0;
+    for (int fd; (fd = dup(0)) >= 0;) ++freed;
+    return freed == 2 ? 0 : 10 + freed;  // the socket's slot and the one left free
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+// Writes all of [p, p + n) to non-blocking `fd`.
+bool writeAll(int fd, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    ssize_t r = ::send(fd, b, n, MSG_NOSIGNAL);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd q{fd, POLLOUT, 0};
+      ::poll(&q, 1, 1000);
+      continue;
+    }
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// With two helper threads: one socket delivers a mismatched message while the
+// other is in the middle of a stripe of an earlier receive. Once test() has
+// reported the failure and ended that receive, the net must no longer touch
+// its request or its buffer (the caller may free both).
+TEST(SocketNet, NoWriteIntoReceiveAfterItFailed) {
+  int rc = inChild([] {
+    setenv("TIDE_SOCKET_IFNAME", "lo", 1);
+    setenv("TIDE_SOCKET_FAMILY", "AF_INET", 1);
+    setenv("TIDE_SOCKET_NTHREADS", "2", 1);
+    setenv("TIDE_NSOCKS_PERTHREAD", "1", 1);
+    const tideNet_v1_t& n = kSocketNet;
+    if (n.init(nullptr) != tideSuccess) return 77;
+    uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
+    void *lc = nullptr, *s = nullptr, *r = nullptr;
+    if (n.listen(0, handle, &lc) != tideSuccess) return 2;
+    for (int i = 0; i < 100000 && (s == nullptr || r == nullptr); ++i) {
+      if (s == nullptr && n.connect(0, handle, &s) != tideSuccess) return 3;
+      if (r == nullptr && n.accept(lc, &r) != tideSuccess) return 4;
+      usleep(10);
+    }
+    if (s == nullptr || r == nullptr) return 5;
+    // The send comm's sockets, in creation (= index) order: peer port is the
+    // listener's. The test writes stripes on them itself.
+    int listenPort = -1;
+    std::vector<int> out;
+    for (int fd = 0; fd < 1024; ++fd) {
+      int v = 0;
+      socklen_t len = sizeof(v);
+      if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) != 0) continue;
+      sockaddr_in a{};
+      socklen_t al = sizeof(a);
+      if (v == 1 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0)
+        listenPort = ntohs(a.sin_port);
+    }
+    for (int fd = 0; fd < 1024; ++fd) {
+      sockaddr_in a{};
+      socklen_t al = sizeof(a);
+      if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0 &&
+          ntohs(a.sin_port) == listenPort)
+        out.push_back(fd);
+    }
+    if (out.size() != 2) return 6;
+    constexpr uint32_t kMagic = 0x534f4344;
+    constexpr uint32_t kS = 256 << 10;
+    std::vector<uint8_t> buf(2 * kS, 0), small(16, 0), pay(kS, 0x11);
+    void *r0 = nullptr, *r1 = nullptr;
+    void* d0 = buf.data();
+    void* d1 = small.data();
+    size_t c0 = buf.size(), c1 = small.size();
+    int t0 = 1, t1 = 2;
+    if (n.irecv(r, 1, &d0, &c0, &t0, nullptr, &r0) != tideSuccess || r0 == nullptr) return 7;
+    if (n.irecv(r, 1, &d1, &c1, &t1, nullptr, &r1) != tideSuccess || r1 == nullptr) return 8;
+    // Socket 1: the second stripe of message 0, half of it for now.
+    SocketStripeHeader h1{kMagic, 0, 2 * kS, kS, kS, 1};
+    if (!writeAll(out[1], &h1, sizeof(h1)) || !writeAll(out[1], pay.data(), kS / 2)) return 9;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Socket 0: the first stripe, then message 1 with a tag the receive does not expect.
+    SocketStripeHeader h0{kMagic, 0, 2 * kS, 0, kS, 1};
+    SocketStripeHeader bad{kMagic, 1, 16, 0, 16, 99};
+    if (!writeAll(out[0], &h0, sizeof(h0)) || !writeAll(out[0], pay.data(), kS) ||
+        !writeAll(out[0], &bad, sizeof(bad)) || !writeAll(out[0], pay.data(), 16))
+      return 10;
+    int done = 0;
+    tideResult_t res = tideSuccess;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (res == tideSuccess && !done && std::chrono::steady_clock::now() < until) {
+      res = n.test(r0, &done, nullptr);
+      if (res == tideSuccess && !done) usleep(100);
+    }
+    if (res != tideInvalidUsage) return 11;
+    // Receive 0 has ended: its buffer is the caller's again.
+    std::memset(buf.data(), 0xee, buf.size());
+    if (!writeAll(out[1], pay.data(), kS / 2)) return 12;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (uint8_t v : buf)
+      if (v != 0xee) return 13;
+    n.test(r1, &done, nullptr);
+    n.closeSend(s);
+    n.closeRecv(r);
+    n.closeListen(lc);
+    return 0;
+  });
+  if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
+  EXPECT_EQ(rc, 0);
 }
 
 // In a child (the net reads its knobs once): init on `ifname`/`family`,

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
-  using namespace tide::topo;
+  using namespace tide::topo;  // NOLINT(google-build-using-namespace): main() of the tool
   NodeTopo node;
   tide::Status s = xml.empty() ? localNodeTopo(&node) : loadTopoFile(xml, &node);
   if (!s.ok()) {

@@ -135,7 +135,8 @@ EnvBlock::EnvBlock(const std::vector<std::pair<std::string, std::string>>& set) 
     }
     if (!replaced) strings_.emplace_back(*e);
   }
-  for (const auto& [name, value] : set) strings_.push_back(name + "=" + value);
+  for (const auto& [name, value] : set)
+    strings_.push_back(std::string(name).append("=").append(value));
   for (std::string& s : strings_) ptrs_.push_back(s.data());
   ptrs_.push_back(nullptr);
 }

@@ -433,7 +433,7 @@ void EnsureStdFds() {
 }  // namespace tiderun
 
 int main(int argc, char** argv) {
-  using namespace tiderun;
+  using namespace tiderun;  // NOLINT(google-build-using-namespace): main() of the tool
   EnsureStdFds();
   Options opts;
   std::string error;

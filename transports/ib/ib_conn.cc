@@ -353,8 +353,10 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
   *sendComm = nullptr;
   uint8_t* slot = static_cast<uint8_t*>(handle) + kIbHandleStateOffset;
   Connecting* cs = nullptr;
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
   memcpy(&cs, slot, sizeof(cs));
   auto abandon = [&](const Status& s) {
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
     memset(slot, 0, sizeof(cs));
     closeFd(cs->fd);
     destroyComm(cs->comm);
@@ -380,6 +382,7 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
     cs = new Connecting;
     cs->fd = fd;
     cs->nonce = h.nonce;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
     memcpy(slot, &cs, sizeof(cs));
   }
   Status err;
@@ -422,6 +425,7 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
   Status s = attachSideChannel(cs->comm, cs->fd);
   cs->fd = -1;  // owned by the comm now
   if (!s.ok()) return abandon(s);
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
   memset(slot, 0, sizeof(cs));
   TIDE_INFO("ib net: connected to %s, %d QPs", cs->comm->peer.c_str(), cs->comm->nqps);
   *sendComm = cs->comm;

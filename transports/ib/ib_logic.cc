@@ -125,11 +125,12 @@ Status ImmTracker::onImm(int qp, uint32_t imm) {
   if (qp < 0 || qp >= nqps_) return internalError("ib: immediate on unknown QP %d", qp);
   uint64_t msg = perQp_[qp]++;
   if (msg < base_)
-    return internalError("ib: immediate for completed message %lu", (unsigned long)msg);
+    return internalError("ib: immediate for completed message %lu",
+                         static_cast<unsigned long>(msg));
   size_t idx = msg - base_;
   if (idx >= kIbSlots) {
-    return internalError("ib: immediate for message %lu beyond the %d credits", (unsigned long)msg,
-                         kIbSlots);
+    return internalError("ib: immediate for message %lu beyond the %d credits",
+                         static_cast<unsigned long>(msg), kIbSlots);
   }
   while (msgs_.size() <= idx) msgs_.push_back(Msg{});
   msgs_[idx].got += 1;
@@ -167,10 +168,11 @@ void SendTracker::add(uint64_t seq, int signaled) {
 
 Status SendTracker::onCompletion(uint64_t seq) {
   if (seq < doneBelow_ || seq >= added_) {
-    return internalError("ib: completion for unknown send %lu", (unsigned long)seq);
+    return internalError("ib: completion for unknown send %lu", static_cast<unsigned long>(seq));
   }
   int& left = left_[seq - doneBelow_];
-  if (left <= 0) return internalError("ib: extra completion for send %lu", (unsigned long)seq);
+  if (left <= 0)
+    return internalError("ib: extra completion for send %lu", static_cast<unsigned long>(seq));
   --left;
   while (!left_.empty() && left_.front() == 0) {
     left_.pop_front();

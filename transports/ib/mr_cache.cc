@@ -74,8 +74,8 @@ Status MrCache::acquire(const void* addr, size_t len, const Entry** out) {
     return Status::Ok();
   }
   ++stats_.misses;
-  uintptr_t lo = a & ~(uintptr_t)(page_ - 1);
-  uintptr_t hi = (a + n + page_ - 1) & ~(uintptr_t)(page_ - 1);
+  uintptr_t lo = a & ~static_cast<uintptr_t>(page_ - 1);
+  uintptr_t hi = (a + n + page_ - 1) & ~static_cast<uintptr_t>(page_ - 1);
   // Merge unreferenced overlapping entries into the new range.
   std::vector<Map::iterator> merged;
   for (auto it = map_.begin(); it != map_.end() && it->first < hi; ++it) {
@@ -97,8 +97,8 @@ Status MrCache::acquire(const void* addr, size_t len, const Entry** out) {
       drop(locate(&lru_.front()->e));
       ++stats_.evictions;
     }
-    lo = a & ~(uintptr_t)(page_ - 1);
-    hi = (a + n + page_ - 1) & ~(uintptr_t)(page_ - 1);
+    lo = a & ~static_cast<uintptr_t>(page_ - 1);
+    hi = (a + n + page_ - 1) & ~static_cast<uintptr_t>(page_ - 1);
     TIDE_TRY(reg_(lo, hi - lo, &handle));
   }
   for (auto it : merged) {

@@ -79,24 +79,37 @@ bool pickInterface(std::string* name, SockAddr* addr) {
   return found;
 }
 
-// True when UCX_TLS names tcp and otherwise at most "self".
-bool tcpOnly(const char* tls) {
-  if (tls == nullptr || tls[0] == '^') return false;
-  bool tcp = false;
-  std::string list = tls;
+// What UCX_TLS (`tls`, may be null: UCX's default) allows of tcp: whether
+// UCX may use it at all, and whether it is the only network transport (tcp
+// and at most "self"). One parse of the comma list; a leading '^' excludes.
+struct TlsUse {
+  bool mayUseTcp = true;
+  bool tcpOnly = false;
+};
+
+TlsUse tlsUse(const char* tls) {
+  TlsUse u;
+  if (tls == nullptr) return u;
+  const bool exclude = tls[0] == '^';
+  const std::string list = exclude ? tls + 1 : tls;
+  bool tcp = false, all = false, other = false;
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t end = list.find(',', pos);
     if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(pos, end - pos);
-    if (item == "tcp") {
+    const std::string item = list.substr(pos, end - pos);
+    if (item.rfind("tcp", 0) == 0) {
       tcp = true;
+    } else if (item == "all") {
+      all = true;
     } else if (item != "self" && !item.empty()) {
-      return false;
+      other = true;
     }
     pos = end + 1;
   }
-  return tcp;
+  u.mayUseTcp = exclude ? !tcp : (tcp || all);
+  u.tcpOnly = !exclude && tcp && !all && !other;
+  return u;
 }
 
 }  // namespace
@@ -127,10 +140,8 @@ tideResult_t ucxInit(tideNetLogger_t /*logger*/) {
   // system calls and headers per byte; see TIDE_UCX_TCP_SEG_SIZE.
   uint64_t seg = knobSize(Knob::UcxTcpSegSize);
   // Only where tcp may be used: UCX warns about a setting no transport took.
-  const char* tls = getenv("UCX_TLS");
-  bool tcp = tls == nullptr || (tls[0] == '^') != (strstr(tls, "tcp") != nullptr) ||
-             strstr(tls, "all") != nullptr;
-  if (seg > 0 && tcp && getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) {
+  const TlsUse tls = tlsUse(getenv("UCX_TLS"));
+  if (seg > 0 && tls.mayUseTcp && getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) {
     std::string v = std::to_string(seg);
     st = ucp_config_modify(config, "RX_SEG_SIZE", v.c_str());  // tcp is the one UCT with it
     if (st != UCS_OK) {
@@ -143,7 +154,7 @@ tideResult_t ucxInit(tideNetLogger_t /*logger*/) {
   // delay per message. Not with shared memory in UCX_TLS: its rendezvous is
   // a single zero-copy transfer.
   uint64_t rndv = knobSize(Knob::UcxTcpRndvThresh);
-  if (rndv > 0 && tcpOnly(tls) && getenv("UCX_RNDV_THRESH") == nullptr) {
+  if (rndv > 0 && tls.tcpOnly && getenv("UCX_RNDV_THRESH") == nullptr) {
     std::string v = std::to_string(rndv);
     st = ucp_config_modify(config, "RNDV_THRESH", v.c_str());
     if (st != UCS_OK) {

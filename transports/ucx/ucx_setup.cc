@@ -449,10 +449,12 @@ tideResult_t ucxConnect(int dev, void* handle, void** sendComm) {
   if (h.magic != kUcxHandleMagic) return fail(tideInvalidArgument, "connect: not a ucx handle");
   ConnectState* cs = nullptr;
   uint8_t* statePtr = static_cast<uint8_t*>(handle) + kUcxStateOffset;
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
   memcpy(&cs, statePtr, sizeof(cs));
   tideResult_t r = tideSuccess;
   if (!cs) {
     cs = new ConnectState;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
     memcpy(statePtr, &cs, sizeof(cs));
     r = connectStart(h, cs);
   }
@@ -488,6 +490,7 @@ tideResult_t ucxConnect(int dev, void* handle, void** sendComm) {
   bool ready = false;
   if (r == tideSuccess && cs->hello) r = progressHello(cs->comm, &ready);
   if (r != tideSuccess || ready) {
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
     memset(statePtr, 0, sizeof(cs));
     if (r == tideSuccess) {
       *sendComm = cs->comm;

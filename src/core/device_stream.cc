@@ -1,0 +1,552 @@
+// Stream-ordered operations on CUDA streams: see core/device_stream.h and the
+// protocol in cuda/stream_order.h. Threads: the issuing thread stages the
+// buffers and enqueues every driver call; CUDA's callback thread only arms
+// the word and posts (no CUDA calls, short locks); the communicator's proxy
+// thread runs the host algorithms and releases the word. The proxy makes no
+// CUDA calls either.
+#include "core/device_stream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/job.h"
+#include "core/log.h"
+#include "cuda/cuda_loader.h"
+#include "cuda/stream_order.h"
+
+namespace tide {
+
+namespace {
+
+using cuda::CuDevPtr;
+using cuda::CuStream;
+
+constexpr size_t kAlign = 256;  // slot regions (16-byte vector access and more)
+constexpr double kReleaseWaitSec = 10.0;
+
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+struct Copy {
+  CuStream stream;
+  CuDevPtr dst;
+  CuDevPtr src;
+  size_t bytes;
+};
+
+struct CommState;
+
+// One job on CUDA streams: its ops (buffers rewritten to the slot), its
+// stream copies and its completion word. Owned by CommState::live.
+struct Entry {
+  CommState* st = nullptr;
+  std::vector<OpDesc> ops;
+  std::shared_ptr<Job> job;  // uncaptured: tickets taken at issue
+  bool captured = false;
+  uint64_t ticket = 0;  // the proxy's issue order (uncaptured)
+  int slot = cuda::SlotPool::kNone;
+  uint32_t* word = nullptr;
+  CuDevPtr wordDev = 0;
+  std::vector<CuStream> streams;
+  std::vector<Copy> ins, outs;
+  cuda::Fanin posts, releases;
+  bool failed = false;  // enqueue failed after the tickets were taken
+  std::string why;
+  std::atomic<bool> abandoned{false};  // proxy gone: callbacks release the word
+};
+
+struct SlotMem {
+  char* host = nullptr;
+  CuDevPtr dev = 0;
+  size_t bytes = 0;
+};
+
+// Per communicator: the proxy thread, its queue and the pinned slots.
+struct CommState {
+  tideComm* comm = nullptr;
+  cuda::IssueQueue<Entry*> queue;
+  std::mutex mu;  // pool, mem, live
+  cuda::SlotPool pool;
+  std::vector<SlotMem> mem;
+  std::map<Entry*, std::unique_ptr<Entry>> live;
+  std::thread proxy;
+};
+
+std::mutex gStatesMu;
+std::map<tideComm*, std::unique_ptr<CommState>> gStates;
+
+// ---- Callbacks (CUDA's callback thread: no CUDA calls, never waits) ----------
+
+void postFn(void* arg) {
+  auto* e = static_cast<Entry*>(arg);
+  cuda::wordArm(e->word);  // every stream of the job re-arms before its wait
+  if (!e->posts.arrive()) return;
+  if (e->abandoned.load()) {
+    cuda::wordRelease(e->word);
+    return;
+  }
+  const bool ok = e->captured ? e->st->queue.postReplay(e) : e->st->queue.post(e->ticket, e);
+  if (!ok) cuda::wordRelease(e->word);
+}
+
+void releaseFn(void* arg) {
+  auto* e = static_cast<Entry*>(arg);
+  if (!e->releases.arrive()) return;
+  CommState* st = e->st;
+  std::lock_guard<std::mutex> lock(st->mu);
+  st->pool.release(e->slot);
+  st->live.erase(e);  // frees e
+}
+
+// ---- Proxy thread ---------------------------------------------------------------
+
+std::string describeEntry(const Entry& e) {
+  const OpDesc& op = e.ops.front();
+  char buf[160];
+  snprintf(buf, sizeof(buf), "%s #%llu%s on comm %08x rank %d", collName(op.args.type),
+           static_cast<unsigned long long>(op.seq), e.captured ? " (graph)" : "",
+           static_cast<unsigned>(op.comm->commHash), op.comm->rank);
+  return buf;
+}
+
+// Runs one posted entry and releases its streams, whatever happens.
+void runEntry(Entry* e) {
+  std::shared_ptr<Job> job = e->job;
+  if (e->captured) {
+    job = std::make_shared<Job>();
+    job->ops = e->ops;
+    takeTickets(*job, {});
+  }
+  if (e->failed) {
+    for (auto& [comm, ticket] : job->tickets) {
+      comm->setAsyncError(makeStatus(tideUnhandledDeviceError, "%s: %s", describeEntry(*e).c_str(),
+                                     e->why.c_str()));
+    }
+  }
+  if (job->claim()) executeJob(*job);
+  cuda::wordRelease(e->word);  // e may be freed from here on (release callback)
+}
+
+// After abort or at stop: every entry's streams are released without running
+// its operation (executeJob fails fast on an aborted communicator) and later
+// callbacks release their word themselves.
+void drain(CommState* st) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    for (auto& [p, e] : st->live) {
+      e->abandoned.store(true);
+      if (e->job) jobs.push_back(e->job);
+    }
+  }
+  for (Entry* e : st->queue.stop()) {
+    if (e->job && e->job->claim()) executeJob(*e->job);
+    cuda::wordRelease(e->word);
+  }
+  for (auto& job : jobs) {
+    if (job->claim()) executeJob(*job);
+  }
+}
+
+void proxyLoop(CommState* st) {
+  tideComm* comm = st->comm;
+  bool warned = false;
+  for (;;) {
+    Entry* e = nullptr;
+    auto r = st->queue.pop(&e, comm->timeoutSec, &comm->abortFlag);
+    if (r == cuda::IssueQueue<Entry*>::Pop::kStopped) break;
+    if (r == cuda::IssueQueue<Entry*>::Pop::kTimeout) {
+      // The stream has not reached the next issued operation: its earlier
+      // work is stuck. Later operations fail fast (sticky) and release
+      // their streams; this one still runs when its stream gets there.
+      if (!warned) {
+        Status s = timeoutError(
+            "CUDA stream path of comm %08x rank %d: the next operation's stream did not reach it "
+            "within %d s (TIDE_TIMEOUT)",
+            static_cast<unsigned>(comm->commHash), comm->rank, comm->timeoutSec);
+        comm->setAsyncError(s);
+        TIDE_WARN("%s", s.message().c_str());
+        warned = true;
+      }
+      continue;
+    }
+    runEntry(e);
+  }
+  drain(st);
+}
+
+CommState* stateOf(tideComm* comm) {
+  std::lock_guard<std::mutex> lock(gStatesMu);
+  auto& p = gStates[comm];
+  if (!p) {
+    p = std::make_unique<CommState>();
+    p->comm = comm;
+    p->proxy = std::thread(proxyLoop, p.get());
+  }
+  return p.get();
+}
+
+// ---- Staging plan -------------------------------------------------------------------
+
+// The bytes an op reads (in) and writes (out) on this rank, and whether the
+// output is to be written back (NCCL leaves a non-root's Reduce output alone).
+void opBytes(const OpDesc& op, size_t* in, size_t* out, bool* writeBack) {
+  const CollArgs& a = op.args;
+  const size_t b = a.count * a.elemSize;
+  const size_t n = static_cast<size_t>(op.comm->nranks);
+  const bool root = op.comm->rank == a.root;
+  *writeBack = true;
+  switch (a.type) {
+    case CollType::AllGather:
+      *in = b;
+      *out = b * n;
+      break;
+    case CollType::ReduceScatter:
+      *in = b * n;
+      *out = b;
+      break;
+    case CollType::AlltoAll:
+      *in = b * n;
+      *out = b * n;
+      break;
+    case CollType::Broadcast:
+      *in = root ? b : 0;
+      *out = b;
+      break;
+    case CollType::Reduce:
+      *in = b;
+      *out = root ? b : 0;
+      *writeBack = root;
+      break;
+    case CollType::Send:
+      *in = b;
+      *out = 0;
+      break;
+    case CollType::Recv:
+      *in = 0;
+      *out = b;
+      break;
+    default:
+      *in = b;
+      *out = b;
+  }
+}
+
+Status driverError(const char* what, int rc) {
+  return makeStatus(tideUnhandledDeviceError, "CUDA stream path: %s: %s", what,
+                    cuda::driverErrorString(rc).c_str());
+}
+
+// A slot of at least `bytes`: recycled (uncaptured) or new (pinned,
+// device-mapped). Allocation is allowed during a stream capture (relaxed
+// mode for this thread) and happens outside st->mu, which CUDA's callback
+// thread takes (releaseFn).
+Status getSlot(CommState* st, size_t bytes, bool persistent, int* slot) {
+  if (!persistent) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    *slot = st->pool.acquire(bytes);
+    if (*slot != cuda::SlotPool::kNone) return Status::Ok();
+  }
+  const cuda::DriverApi* api = cuda::driver();
+  int mode = cuda::kCaptureModeRelaxed;
+  if (api->cuThreadExchangeStreamCaptureMode) api->cuThreadExchangeStreamCaptureMode(&mode);
+  void* host = nullptr;
+  CuDevPtr dev = 0;
+  int rc =
+      api->cuMemHostAlloc(&host, bytes, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap);
+  if (rc == cuda::kCudaSuccess) rc = api->cuMemHostGetDevicePointer(&dev, host, 0);
+  if (api->cuThreadExchangeStreamCaptureMode) api->cuThreadExchangeStreamCaptureMode(&mode);
+  if (rc != cuda::kCudaSuccess) {
+    if (host != nullptr) api->cuMemFreeHost(host);
+    char what[96];
+    snprintf(what, sizeof(what), "pinned slot of %zu bytes (cuMemHostAlloc, device-mapped)", bytes);
+    return driverError(what, rc);
+  }
+  std::lock_guard<std::mutex> lock(st->mu);
+  *slot = st->pool.add(bytes, persistent);
+  st->mem.push_back({static_cast<char*>(host), dev, bytes});
+  return Status::Ok();
+}
+
+Status checkDriver() {
+  const cuda::DriverApi* api = cuda::driver();
+  if (api == nullptr) {
+    return makeStatus(tideUnhandledDeviceError, "CUDA stream given but no GPU is usable: %s",
+                      cuda::probeGpu().detail.c_str());
+  }
+  if (!api->cuLaunchHostFunc || !api->cuStreamWaitValue32 || !api->cuStreamIsCapturing) {
+    return makeStatus(tideUnhandledDeviceError,
+                      "CUDA stream path needs cuLaunchHostFunc, cuStreamWaitValue32_v2 and "
+                      "cuStreamIsCapturing (driver %d is too old)",
+                      cuda::probeGpu().driverVersion);
+  }
+  std::string why;
+  if (cuda::ensureContext(&why) < 0) return makeStatus(tideUnhandledDeviceError, "%s", why.c_str());
+  return Status::Ok();
+}
+
+// Builds the entry of `ops` (all on CUDA streams): slot, rewritten buffers,
+// copies. Takes no ticket.
+Status prepare(std::vector<OpDesc>& ops, std::unique_ptr<Entry>* out) {
+  TIDE_TRY(checkDriver());
+  const cuda::DriverApi* api = cuda::driver();
+  auto e = std::make_unique<Entry>();
+  int capturedStreams = 0;
+  for (const OpDesc& op : ops) {
+    auto s = reinterpret_cast<CuStream>(op.stream);
+    if (std::find(e->streams.begin(), e->streams.end(), s) != e->streams.end()) continue;
+    int status = cuda::kCaptureStatusNone;
+    const int rc = api->cuStreamIsCapturing(s, &status);
+    if (rc != cuda::kCudaSuccess) return driverError("cuStreamIsCapturing", rc);
+    if (status != cuda::kCaptureStatusNone && status != cuda::kCaptureStatusActive) {
+      return invalidUsage("CUDA stream path: the stream's capture was invalidated");
+    }
+    capturedStreams += status == cuda::kCaptureStatusActive ? 1 : 0;
+    e->streams.push_back(s);
+  }
+  if (capturedStreams != 0 && capturedStreams != static_cast<int>(e->streams.size())) {
+    return invalidUsage("a group mixes CUDA streams under capture with streams that are not");
+  }
+  e->captured = capturedStreams != 0;
+  e->posts.reset(static_cast<int>(e->streams.size()));
+  e->releases.reset(static_cast<int>(e->streams.size()));
+  // Layout: word, then each staged device buffer at an aligned offset.
+  struct Plan {
+    size_t inOff = 0, outOff = 0, in = 0, out = 0;
+    bool inDev = false, outDev = false, writeBack = true;
+  };
+  std::vector<Plan> plans(ops.size());
+  size_t total = kAlign;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Plan& p = plans[i];
+    const CollArgs& a = ops[i].args;
+    opBytes(ops[i], &p.in, &p.out, &p.writeBack);
+    p.inDev = p.in > 0 && cuda::isDevicePointer(a.sendbuff);
+    p.outDev = p.out > 0 && cuda::isDevicePointer(a.recvbuff);
+    if (p.inDev) {
+      p.inOff = total;
+      total += alignUp(p.in);
+    }
+    if (p.outDev) {
+      p.outOff = total;
+      total += alignUp(p.out);
+    }
+  }
+  e->st = stateOf(ops.front().comm);
+  TIDE_TRY(getSlot(e->st, total, e->captured, &e->slot));
+  SlotMem m;
+  {
+    std::lock_guard<std::mutex> lock(e->st->mu);
+    m = e->st->mem[e->slot];
+  }
+  e->word = reinterpret_cast<uint32_t*>(m.host);
+  e->wordDev = m.dev;
+  *e->word = cuda::kWordPending;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    OpDesc op = ops[i];
+    const Plan& p = plans[i];
+    auto s = reinterpret_cast<CuStream>(op.stream);
+    CollArgs& a = op.args;
+    if (p.inDev) {
+      e->ins.push_back({s, m.dev + p.inOff, reinterpret_cast<CuDevPtr>(a.sendbuff), p.in});
+      a.sendbuff = m.host + p.inOff;
+    }
+    if (p.outDev) {
+      if (p.writeBack)
+        e->outs.push_back({s, reinterpret_cast<CuDevPtr>(a.recvbuff), m.dev + p.outOff, p.out});
+      a.recvbuff = m.host + p.outOff;
+    }
+    // A non-root Broadcast reads nothing: hand the algorithm its output.
+    if (a.type == CollType::Broadcast && op.comm->rank != a.root) a.sendbuff = a.recvbuff;
+    op.stream = nullptr;
+    e->ops.push_back(op);
+  }
+  *out = std::move(e);
+  return Status::Ok();
+}
+
+// Registers the entry and, uncaptured, takes its tickets (core + proxy).
+Entry* admit(std::unique_ptr<Entry> owned) {
+  Entry* e = owned.get();
+  if (!e->captured) {
+    e->job = std::make_shared<Job>();
+    e->job->ops = e->ops;
+    takeTickets(*e->job, [e] { e->ticket = e->st->queue.reserve(); });
+  }
+  std::lock_guard<std::mutex> lock(e->st->mu);
+  e->st->live.emplace(e, std::move(owned));
+  return e;
+}
+
+// Copies in, then the post callback on every stream.
+Status emitHead(Entry* e) {
+  const cuda::DriverApi* api = cuda::driver();
+  Status s;
+  for (const Copy& c : e->ins) {
+    const int rc = api->cuMemcpyAsync(c.dst, c.src, c.bytes, c.stream);
+    if (rc != cuda::kCudaSuccess) {
+      s = driverError("copy to the pinned slot (cuMemcpyAsync)", rc);
+      break;
+    }
+  }
+  size_t launched = 0;
+  if (s.ok()) {
+    for (CuStream st : e->streams) {
+      const int rc = api->cuLaunchHostFunc(st, postFn, e);
+      if (rc != cuda::kCudaSuccess) {
+        s = driverError("cuLaunchHostFunc", rc);
+        break;
+      }
+      ++launched;
+    }
+  }
+  if (s.ok()) return s;
+  // The job holds tickets: it must still pass through the proxy, which
+  // fails it (sticky) without running it.
+  e->failed = true;
+  e->why = s.message();
+  if (launched > 0) e->abandoned.store(true);
+  if (!e->captured) {
+    if (!e->st->queue.post(e->ticket, e)) cuda::wordRelease(e->word);
+  }
+  return s;
+}
+
+// On every stream: wait for the word, copy out, release the slot (uncaptured).
+Status emitTail(Entry* e) {
+  const cuda::DriverApi* api = cuda::driver();
+  for (CuStream st : e->streams) {
+    int rc = api->cuStreamWaitValue32(st, e->wordDev, cuda::kWordDone, cuda::kStreamWaitValueEq);
+    if (rc != cuda::kCudaSuccess) return driverError("cuStreamWaitValue32", rc);
+    for (const Copy& c : e->outs) {
+      if (c.stream != st) continue;
+      rc = api->cuMemcpyAsync(c.dst, c.src, c.bytes, c.stream);
+      if (rc != cuda::kCudaSuccess) return driverError("copy from the pinned slot", rc);
+    }
+    if (!e->captured) {
+      rc = api->cuLaunchHostFunc(st, releaseFn, e);
+      if (rc != cuda::kCudaSuccess) return driverError("cuLaunchHostFunc (release)", rc);
+    }
+  }
+  return Status::Ok();
+}
+
+Status failSticky(const std::vector<OpDesc>& ops, Status s) {
+  if (!s.ok()) {
+    for (const OpDesc& op : ops) op.comm->setAsyncError(s);
+  }
+  return s;
+}
+
+}  // namespace
+
+Status classifyStream(tideStream* s, StreamKind* kind) {
+  if (isHostStream(s)) {
+    *kind = StreamKind::kHost;
+    return Status::Ok();
+  }
+  if (cuda::driver() == nullptr) {
+    return invalidArgument(
+        "stream %p was not made by tideStreamCreate, and it cannot be a CUDA stream: %s",
+        static_cast<void*>(s), cuda::probeGpu().detail.c_str());
+  }
+  *kind = StreamKind::kCuda;
+  return Status::Ok();
+}
+
+Status submitDevice(std::vector<OpDesc>& ops) {
+  if (ops.empty()) return Status::Ok();
+  std::unique_ptr<Entry> owned;
+  Status s = prepare(ops, &owned);
+  std::vector<OpDesc> mine = std::move(ops);
+  ops.clear();
+  if (!s.ok()) return s;  // nothing enqueued, no ticket taken
+  Entry* e = admit(std::move(owned));
+  TIDE_TRY(emitHead(e));
+  return failSticky(mine, emitTail(e));
+}
+
+Status submitDevicePipelined(std::vector<OpDesc>& chunks, size_t window) {
+  std::vector<Entry*> entries;
+  std::vector<OpDesc> all = std::move(chunks);
+  chunks.clear();
+  Status s;
+  for (const OpDesc& op : all) {
+    std::vector<OpDesc> one{op};
+    std::unique_ptr<Entry> owned;
+    s = prepare(one, &owned);
+    if (!s.ok()) break;
+    entries.push_back(admit(std::move(owned)));
+  }
+  if (!s.ok() && !entries.empty()) {
+    // Earlier chunks hold tickets: the other ranks run all chunks, so this
+    // communicator cannot continue consistently.
+    s = failSticky(all, s);
+  }
+  size_t emitted = 0;
+  for (long step : cuda::pipelineOrder(entries.size(), window)) {
+    if (!s.ok()) break;
+    if (step > 0) {
+      s = emitHead(entries[step - 1]);
+      emitted = static_cast<size_t>(step);
+    } else {
+      s = failSticky(all, emitTail(entries[-step - 1]));
+    }
+  }
+  // Entries never emitted still hold tickets: fail them through the proxy.
+  for (size_t k = emitted; k < entries.size(); ++k) {
+    entries[k]->failed = true;
+    entries[k]->why = "an earlier chunk of the same All-Reduce failed";
+    if (!entries[k]->st->queue.post(entries[k]->ticket, entries[k])) {
+      cuda::wordRelease(entries[k]->word);
+    }
+  }
+  return s;
+}
+
+void stopDeviceStreams(tideComm* comm) {
+  std::unique_ptr<CommState> st;
+  {
+    std::lock_guard<std::mutex> lock(gStatesMu);
+    auto it = gStates.find(comm);
+    if (it == gStates.end()) return;
+    st = std::move(it->second);
+    gStates.erase(it);
+  }
+  drain(st.get());   // every posted entry's word is released
+  st->proxy.join();  // its own drain finds nothing left
+  // Uncaptured entries are freed by their release callbacks once the streams
+  // copied the results out; wait for them (bounded), then free the slots.
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    size_t inFlight = 0;
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      for (auto& [p, e] : st->live) inFlight += (e->captured || e->failed) ? 0 : 1;
+    }
+    if (inFlight == 0) break;
+    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(kReleaseWaitSec)) {
+      TIDE_WARN(
+          "comm %08x: %zu CUDA stream operations still in flight at destroy; their pinned "
+          "slots are leaked",
+          static_cast<unsigned>(comm->commHash), inFlight);
+      st.release();  // callbacks may still touch it
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const cuda::DriverApi* api = cuda::driver();
+  if (api != nullptr) {
+    for (const SlotMem& m : st->mem) api->cuMemFreeHost(m.host);
+  }
+}
+
+}  // namespace tide

@@ -1,0 +1,49 @@
+// Operations on a CUDA stream (a cudaStream_t / CUstream passed as
+// tideStream_t): stream-ordered and capturable in CUDA graphs. Device buffers
+// are staged through pinned host slots on the caller's stream and the host
+// algorithms run on the communicator's proxy thread; host buffers take the
+// same path without copies. The protocol (and its driver-free logic) is in
+// cuda/stream_order.h; docs/architecture.md, "Device buffers", explains it.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/enqueue.h"
+#include "core/status.h"
+
+namespace tide {
+
+struct Job;
+
+// True when `s` was made by tideStreamCreate and not destroyed yet
+// (core/stream.cc keeps the registry). Thread-safe.
+bool isHostStream(const tideStream* s);
+
+// What a non-NULL stream argument is: a Tide host stream, or (when the CUDA
+// driver is usable) a CUDA stream. Anything else is an invalid argument.
+enum class StreamKind { kHost, kCuda };
+Status classifyStream(tideStream* s, StreamKind* kind);
+
+// Enqueues `ops` (one call or one group; every op on a CUDA stream, possibly
+// several streams and communicators) as one job and returns at once: the
+// results are complete on the streams. Consumes `ops`.
+Status submitDevice(std::vector<OpDesc>& ops);
+
+// Enqueues a pipelined elementwise collective: each op is one chunk of it,
+// on the same stream; `window` chunks are in flight at once. Consumes `ops`.
+Status submitDevicePipelined(std::vector<OpDesc>& chunks, size_t window);
+
+// Stops the communicator's proxy thread and frees its pinned slots once the
+// streams have released them (bounded wait). Call at teardown, when no call
+// uses the communicator. Graphs that captured its operations must not be
+// replayed afterwards (as with NCCL).
+void stopDeviceStreams(tideComm* comm);
+
+// Takes the issue-order tickets of every communicator in `job` (and a user
+// count each, released by executeJob) and runs `alsoLocked` under the same
+// issue lock, so that a second ticket order (the proxy's) agrees with it.
+// Defined in core/enqueue.cc.
+void takeTickets(Job& job, const std::function<void()>& alsoLocked);
+
+}  // namespace tide
