@@ -165,6 +165,25 @@ if [ -x "$sst" ]; then
   done
 fi
 
+# ---- 2d. tideAllReduce on CUDA streams through the device All-Reduce engine ------
+step "CUDA stream All-Reduce engine path"
+gpu_test stream_engine_test stream_engine_test.cc "CUDA stream engine test"
+set_=$gpu_exe
+if [ -x "$set_" ]; then
+  semax=$((64 << 20))
+  [ "${QUICK:-0}" = 1 ] && semax=$((8 << 20))
+  for n in 1 2 4; do
+    step "stream_engine_test $n"
+    out=$(timeout 150 "$set_" "$n" "$semax" 2>&1); rc=$?
+    echo "$out" >>"$log"
+    case $rc in
+      0) res=ok ;; 77) res=skip ;; 124) res=TIMEOUT ;; *) res=FAILED ;;
+    esac
+    row "  AR engine path on streams, $n ranks" "$res" \
+      "$(grep -m1 -E 'SKIP|stream_engine_test:|rank [0-9]+:|ranks logged' <<<"$out" | cut -c1-90), rc $rc"
+  done
+fi
+
 # ---- 3. Perf tools -------------------------------------------------------------
 maxb=1G
 [ "${QUICK:-0}" = 1 ] && maxb=8M

@@ -22,6 +22,13 @@ void tideComm::setAsyncError(const tide::Status& s) {
 }
 
 tide::Status tideComm::stickyError() {
+  {
+    std::lock_guard<std::mutex> lock(errMu);
+    if (!asyncError.ok()) return asyncError;
+  }
+  // A device-side failure of the device All-Reduce engine sticks too.
+  tide::Status e = tide::deviceEngineError(this);
+  if (!e.ok()) setAsyncError(e);
   std::lock_guard<std::mutex> lock(errMu);
   return asyncError;
 }

@@ -18,67 +18,18 @@
 
 #include "core/comm.h"
 #include "core/config.h"
+#include "core/device_stream_state.h"
 #include "core/job.h"
 #include "core/log.h"
 #include "cuda/cuda_loader.h"
 #include "cuda/stream_order.h"
 
 namespace tide {
+namespace devstream {
+
+std::atomic<int> gEngines{0};
 
 namespace {
-
-using cuda::CuDevPtr;
-using cuda::CuStream;
-
-constexpr size_t kAlign = 256;  // slot regions (16-byte vector access and more)
-constexpr double kReleaseWaitSec = 10.0;
-
-size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-struct Copy {
-  CuStream stream;
-  CuDevPtr dst;
-  CuDevPtr src;
-  size_t bytes;
-};
-
-struct CommState;
-
-// One job on CUDA streams: its ops (buffers rewritten to the slot), its
-// stream copies and its completion word. Owned by CommState::live.
-struct Entry {
-  CommState* st = nullptr;
-  std::vector<OpDesc> ops;
-  std::shared_ptr<Job> job;  // uncaptured: tickets taken at issue
-  bool captured = false;
-  uint64_t ticket = 0;  // the proxy's issue order (uncaptured)
-  int slot = cuda::SlotPool::kNone;
-  uint32_t* word = nullptr;
-  CuDevPtr wordDev = 0;
-  std::vector<CuStream> streams;
-  std::vector<Copy> ins, outs;
-  cuda::Fanin posts, releases;
-  bool failed = false;  // enqueue failed after the tickets were taken
-  std::string why;
-  std::atomic<bool> abandoned{false};  // proxy gone: callbacks release the word
-};
-
-struct SlotMem {
-  char* host = nullptr;
-  CuDevPtr dev = 0;
-  size_t bytes = 0;
-};
-
-// Per communicator: the proxy thread, its queue and the pinned slots.
-struct CommState {
-  tideComm* comm = nullptr;
-  cuda::IssueQueue<Entry*> queue;
-  std::mutex mu;  // pool, mem, live
-  cuda::SlotPool pool;
-  std::vector<SlotMem> mem;
-  std::map<Entry*, std::unique_ptr<Entry>> live;
-  std::thread proxy;
-};
 
 std::mutex gStatesMu;
 std::map<tideComm*, std::unique_ptr<CommState>> gStates;
@@ -135,9 +86,8 @@ void runEntry(Entry* e) {
   cuda::wordRelease(e->word);  // e may be freed from here on (release callback)
 }
 
-// After abort or at stop: every entry's streams are released without running
-// its operation (executeJob fails fast on an aborted communicator) and later
-// callbacks release their word themselves.
+}  // namespace
+
 void drain(CommState* st) {
   std::vector<std::shared_ptr<Job>> jobs;
   {
@@ -155,6 +105,8 @@ void drain(CommState* st) {
     if (job->claim()) executeJob(*job);
   }
 }
+
+namespace {
 
 void proxyLoop(CommState* st) {
   tideComm* comm = st->comm;
@@ -183,6 +135,8 @@ void proxyLoop(CommState* st) {
   drain(st);
 }
 
+}  // namespace
+
 CommState* stateOf(tideComm* comm) {
   std::lock_guard<std::mutex> lock(gStatesMu);
   auto& p = gStates[comm];
@@ -193,6 +147,48 @@ CommState* stateOf(tideComm* comm) {
   }
   return p.get();
 }
+
+CommState* findState(tideComm* comm) {
+  std::lock_guard<std::mutex> lock(gStatesMu);
+  auto it = gStates.find(comm);
+  return it == gStates.end() ? nullptr : it->second.get();
+}
+
+Status driverError(const char* what, int rc) {
+  return makeStatus(tideUnhandledDeviceError, "CUDA stream path: %s: %s", what,
+                    cuda::driverErrorString(rc).c_str());
+}
+
+// Removes the state of `comm` from the table (teardown); null if none.
+std::unique_ptr<CommState> takeState(tideComm* comm) {
+  std::lock_guard<std::mutex> lock(gStatesMu);
+  auto it = gStates.find(comm);
+  if (it == gStates.end()) return nullptr;
+  std::unique_ptr<CommState> st = std::move(it->second);
+  gStates.erase(it);
+  return st;
+}
+
+}  // namespace devstream
+
+namespace {
+
+using devstream::CommState;
+using devstream::Copy;
+using devstream::CuDevPtr;
+using devstream::CuStream;
+using devstream::drain;
+using devstream::driverError;
+using devstream::Entry;
+using devstream::postFn;
+using devstream::releaseFn;
+using devstream::SlotMem;
+using devstream::stateOf;
+
+constexpr size_t kAlign = 256;  // slot regions (16-byte vector access and more)
+constexpr double kReleaseWaitSec = 10.0;
+
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // ---- Staging plan -------------------------------------------------------------------
 
@@ -238,11 +234,6 @@ void opBytes(const OpDesc& op, size_t* in, size_t* out, bool* writeBack) {
       *in = b;
       *out = b;
   }
-}
-
-Status driverError(const char* what, int rc) {
-  return makeStatus(tideUnhandledDeviceError, "CUDA stream path: %s: %s", what,
-                    cuda::driverErrorString(rc).c_str());
 }
 
 // A slot of at least `bytes`: recycled (uncaptured) or new (pinned,
@@ -513,14 +504,9 @@ Status submitDevicePipelined(std::vector<OpDesc>& chunks, size_t window) {
 }
 
 void stopDeviceStreams(tideComm* comm) {
-  std::unique_ptr<CommState> st;
-  {
-    std::lock_guard<std::mutex> lock(gStatesMu);
-    auto it = gStates.find(comm);
-    if (it == gStates.end()) return;
-    st = std::move(it->second);
-    gStates.erase(it);
-  }
+  std::unique_ptr<CommState> st = devstream::takeState(comm);
+  if (!st) return;
+  closeEngine(st.get());
   drain(st.get());   // every posted entry's word is released
   st->proxy.join();  // its own drain finds nothing left
   // Uncaptured entries are freed by their release callbacks once the streams
@@ -538,7 +524,7 @@ void stopDeviceStreams(tideComm* comm) {
           "comm %08x: %zu CUDA stream operations still in flight at destroy; their pinned "
           "slots are leaked",
           static_cast<unsigned>(comm->commHash), inFlight);
-      st.release();  // callbacks may still touch it
+      (void)st.release();  // leaked on purpose: callbacks may still touch it
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -34,11 +34,30 @@ Status submitDevice(std::vector<OpDesc>& ops);
 // on the same stream; `window` chunks are in flight at once. Consumes `ops`.
 Status submitDevicePipelined(std::vector<OpDesc>& chunks, size_t window);
 
-// Stops the communicator's proxy thread and frees its pinned slots once the
+// Device All-Reduce engine path (cuda/device_coll.h) of an All-Reduce on a
+// CUDA stream, for communicators whose ranks are all on one node (at most 8
+// ranks). The decision depends only on the call and on what every rank
+// knows alike. On first use the engine is created inside the communicator's
+// issue order (a ticket, then the bootstrap allGather on this thread); a
+// failed creation on any rank is agreed on by all ranks, and from then on
+// the communicator takes the staged path (*used = false, Ok). Otherwise the
+// engine's kernels are enqueued on op.stream (capturable, no host wait) and
+// *used = true. `avg`: op.args.op is Sum and the result is divided by the
+// rank count on the device. Blocking only during the first call.
+bool deviceEngineEligible(const tideComm* comm);
+Status submitDeviceAllReduce(const OpDesc& op, bool avg, bool* used);
+
+// Closes the device All-Reduce engine (collective over the bootstrap,
+// bounded; after tideCommAbort its device-side waits are aborted first),
+// stops the communicator's proxy thread and frees its pinned slots once the
 // streams have released them (bounded wait). Call at teardown, when no call
 // uses the communicator. Graphs that captured its operations must not be
 // replayed afterwards (as with NCCL).
 void stopDeviceStreams(tideComm* comm);
+
+// The first device-side error of the communicator's engine, or Ok (also when
+// it has none). Thread-safe, non-blocking; feeds tideComm::stickyError.
+Status deviceEngineError(tideComm* comm);
 
 // Takes the issue-order tickets of every communicator in `job` (and a user
 // count each, released by executeJob) and runs `alsoLocked` under the same

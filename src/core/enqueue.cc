@@ -494,6 +494,21 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
                ? forced
                : cachedAutoAlgo(args, comm);
   };
+  if (kind == StreamKind::kCuda && type == CollType::AllReduce && tGroup.depth == 0 &&
+      deviceEngineEligible(comm)) {
+    // One-node communicator: the device All-Reduce engine (kernels on the
+    // caller's stream), unless its creation failed on some rank. Same choice
+    // on every rank: the call shape and communicator facts only.
+    bool used = false;
+    Status s = submitDeviceAllReduce(d, op == tideAvg, &used);
+    if (used || !s.ok()) {
+      if (s.ok()) {
+        d.seq = comm->opCount++;
+        (void)tagOf();  // keeps the op-tag sequence in step with the other paths
+      }
+      return s;
+    }
+  }
   if (kind == StreamKind::kCuda && type == CollType::AllReduce && tGroup.depth == 0) {
     // Large All-Reduce on a CUDA stream: a pipeline of chunks. The same
     // schedule on every rank: it depends only on the call and the knob (not
@@ -556,6 +571,16 @@ Status groupEnd() {
   if (!first.ok()) {
     return makeStatus(first.code(), "group not launched: an operation in it failed: %s",
                       first.message().c_str());
+  }
+  if (ops.size() == 1 && ops[0].args.type == CollType::AllReduce && ops[0].stream != nullptr &&
+      !isHostStream(ops[0].stream) && deviceEngineEligible(ops[0].comm)) {
+    // A group of one All-Reduce (NCCL programs, nccl-tests among them, group
+    // every call) takes the device engine like an ungrouped call; its
+    // sequence number and tag were taken at issue, as on the other paths.
+    bool used = false;
+    const bool avg = ops[0].preScale != 0 || ops[0].postDiv != 0;
+    Status s = submitDeviceAllReduce(ops[0], avg, &used);
+    if (used || !s.ok()) return s;
   }
   return submit(ops);
 }

@@ -46,7 +46,7 @@ uint64_t processToken() {
 struct DcModule {
   CuCtx ctx = nullptr;
   CuModule mod = nullptr;
-  CuFunction fn[2][tideNumTypes][4] = {};
+  CuFunction fn[2][tideNumTypes][5] = {};  // [algo][dtype][op], op 4 = Avg
 };
 
 std::mutex gModMu;
@@ -83,7 +83,7 @@ Status loadModule(DcModule** out) {
   char name[48];
   for (int a = 0; a < 2; ++a) {
     for (int t = 0; t < tideNumTypes; ++t) {
-      for (int o = 0; o < 4; ++o) {
+      for (int o = 0; o < 5; ++o) {
         snprintf(name, sizeof(name), "tide_ar%d_%d_%d", a + 1, t, o);
         rc = api->cuModuleGetFunction(&m->fn[a][t][o], m->mod, name);
         if (rc != kCudaSuccess) {
@@ -149,6 +149,11 @@ Status DeviceAllReduce::create(int rank, int nranks, const DeviceCollOptions& op
   } else if (api == nullptr) {
     local = systemError("device all-reduce: no GPU (%s)", probeGpu().detail.c_str());
   }
+  // Creation may happen while the caller's stream is being captured: allow
+  // this thread's allocations and its default-stream work meanwhile.
+  int captureMode = kCaptureModeRelaxed;
+  const bool swapMode = api != nullptr && api->cuThreadExchangeStreamCaptureMode != nullptr;
+  if (swapMode) api->cuThreadExchangeStreamCaptureMode(&captureMode);
   std::string why;
   if (local.ok()) {
     e->device_ = ensureContext(&why);
@@ -169,9 +174,16 @@ Status DeviceAllReduce::create(int rank, int nranks, const DeviceCollOptions& op
                     "cuMemAlloc (scratch)");
   }
   if (local.ok()) {
-    local = cuCheck(api->cuMemsetD8Async(e->scratch_, 0, dc::kFlagAreaBytes, nullptr),
-                    "cuMemsetD8Async (flags)");
-    if (local.ok()) local = cuCheck(waitStream(nullptr, timeout), "clearing the flags");
+    // Flags and call counter start at zero. A private non-blocking stream:
+    // the legacy stream would join a capture running on the caller's stream.
+    CuStream own = nullptr;
+    local = cuCheck(api->cuStreamCreate(&own, kStreamNonBlocking), "cuStreamCreate");
+    if (local.ok()) {
+      local = cuCheck(api->cuMemsetD8Async(e->scratch_, 0, dc::kFlagAreaBytes, own),
+                      "cuMemsetD8Async (flags)");
+      if (local.ok()) local = cuCheck(waitStream(own, timeout), "clearing the flags");
+      api->cuStreamDestroy(own);
+    }
   }
   if (local.ok()) {
     void* words = nullptr;
@@ -194,11 +206,19 @@ Status DeviceAllReduce::create(int rank, int nranks, const DeviceCollOptions& op
     me.oneShotMax = e->oneShotMax_;
     if (nranks > 1) me.ipcOk = api->cuIpcGetMemHandle(&me.ipc, e->scratch_) == kCudaSuccess;
   }
+  if (swapMode) api->cuThreadExchangeStreamCaptureMode(&captureMode);
 
   std::vector<WireRank> all(nranks);
   all[rank] = me;
   TIDE_TRY(allGather(all.data(), sizeof(WireRank)));
   TIDE_TRY(local);
+  // Every rank sees the same table: a rank that failed its local setup makes
+  // all of them return here (none goes on to the second exchange alone).
+  for (int r = 0; r < nranks; ++r) {
+    if (all[r].magic != kWireMagic || all[r].version != kWireVersion) {
+      return remoteError("device all-reduce: rank %d could not set up its side", r);
+    }
+  }
 
   // Map every peer; then agree that everyone could.
   Status mapped = Status::Ok();
@@ -316,8 +336,15 @@ Status DeviceAllReduce::check() {
   return sticky_;
 }
 
+Status DeviceAllReduce::peek() const {
+  if (hostWords_ == nullptr) return Status::Ok();
+  const uint32_t code = __atomic_load_n(&hostWords_[1], __ATOMIC_ACQUIRE);
+  return code != 0 ? errorStatus(code) : Status::Ok();
+}
+
 Status DeviceAllReduce::errorStatus(uint32_t code) const {
-  const char* phase = dc::errorPhase(code) == 0 ? "input ready" : "slice reduced";
+  const int ph = dc::errorPhase(code);
+  const char* phase = ph == 0 ? "input ready" : ph == 1 ? "slice reduced" : "done";
   if (dc::errorKind(code) == dc::kErrAborted) {
     return remoteError(
         "device all-reduce (rank %d of %d): aborted while waiting for rank %d's "
@@ -347,12 +374,13 @@ DeviceAlgo DeviceAllReduce::pick(size_t bytes, DeviceAlgo algo) const {
 }
 
 Status DeviceAllReduce::allReduce(const void* send, void* recv, size_t count, tideDataType_t dtype,
-                                  RedOp op, DeviceAlgo algo, CuStream stream) {
+                                  RedOp op, DeviceAlgo algo, CuStream stream, bool avg) {
   if (closed_) return invalidUsage("device all-reduce: engine is closed");
   const size_t es = dtypeSize(dtype);
   const int o = static_cast<int>(op);
-  if (es == 0 || o < 0 || o >= 4) {
-    return invalidArgument("device all-reduce: bad dtype %d or op %d", static_cast<int>(dtype), o);
+  if (es == 0 || o < 0 || o >= 4 || (avg && op != RedOp::Sum)) {
+    return invalidArgument("device all-reduce: bad dtype %d or op %d%s", static_cast<int>(dtype), o,
+                           avg ? " (avg)" : "");
   }
   TIDE_TRY(check());
   if (count == 0) return Status::Ok();
@@ -363,49 +391,43 @@ Status DeviceAllReduce::allReduce(const void* send, void* recv, size_t count, ti
     streams_.push_back(stream);
   }
   if (nranks_ == 1) {
+    // Avg over one rank is the input itself.
     if (send != recv) TIDE_TRY(cuCheck(api->cuMemcpyAsync(dst, src, count * es, stream), "copy"));
     return Status::Ok();
   }
   const DeviceAlgo chosen = pick(count * es, algo);
   const auto* mod = static_cast<const DcModule*>(module_);
-  CuFunction fn = mod->fn[chosen == DeviceAlgo::kTwoShot ? 1 : 0][dtype][o];
+  CuFunction fn = mod->fn[chosen == DeviceAlgo::kTwoShot ? 1 : 0][dtype][avg ? 4 : o];
+  // Direct mode reads the user's input, except one-shot in place (peers
+  // would read it while this rank overwrites it): then the kernel copies it
+  // into scratch first, as in scratch mode. Nothing here depends on the
+  // call's sequence number (the kernel reads it on the device), so a
+  // captured graph replays correctly.
+  const bool copyIn = !direct_ || (chosen == DeviceAlgo::kOneShot && send == recv);
   const size_t chunkElems = areaBytes_ / es;
   for (size_t off = 0; off < count; off += chunkElems) {
     const size_t n = std::min(chunkElems, count - off);
-    const uint64_t seq = ++seq_;
     dc::Args a{};
     a.rank = rank_;
     a.nranks = nranks_;
     a.nblocks = blocksFor(n * es);
     a.elemSize = static_cast<int>(es);
     a.count = n;
-    a.seq = seq;
     a.timeoutNs = timeoutNs_;
-    for (int q = 0; q < nranks_; ++q) {
-      a.data[q] = reinterpret_cast<char*>(peerBase_[q] + dc::areaOffset(areaBytes_, seq));
-      a.flags[q] = reinterpret_cast<uint64_t*>(peerBase_[q]);
-    }
+    a.direct = direct_ ? 1 : 0;
+    a.copyIn = copyIn ? 1 : 0;
+    a.areaBytes = areaBytes_;
+    a.input = reinterpret_cast<const char*>(src + off * es);
+    for (int q = 0; q < nranks_; ++q) a.base[q] = reinterpret_cast<char*>(peerBase_[q]);
     a.out = reinterpret_cast<char*>(dst + off * es);
     a.abortWord = reinterpret_cast<const volatile uint32_t*>(devWords_);
     a.errorWord = reinterpret_cast<uint32_t*>(devWords_ + sizeof(uint32_t));
-    // Direct mode reads the user's input, except one-shot in place (peers
-    // would read it while this rank overwrites it).
-    const bool copyIn = !direct_ || (chosen == DeviceAlgo::kOneShot && send == recv);
-    a.direct = direct_ ? 1 : 0;
-    a.send = copyIn ? a.data[rank_] : reinterpret_cast<char*>(src + off * es);
-    int rc = kCudaSuccess;
-    if (copyIn) {
-      rc = api->cuMemcpyAsync(reinterpret_cast<CuDevPtr>(a.data[rank_]), src + off * es, n * es,
-                              stream);
-    }
     void* params[] = {&a};
-    if (rc == kCudaSuccess) {
-      rc = api->cuLaunchKernel(fn, static_cast<unsigned>(a.nblocks), 1, 1, blockThreads_, 1, 1, 0,
-                               stream, params, nullptr);
-    }
+    const int rc = api->cuLaunchKernel(fn, static_cast<unsigned>(a.nblocks), 1, 1, blockThreads_, 1,
+                                       1, 0, stream, params, nullptr);
     if (rc != kCudaSuccess) {
-      // The ranks' sequence numbers no longer agree: the engine is unusable.
-      sticky_ = cuCheck(rc, "enqueueing copy + kernel");
+      // The ranks' call counters no longer agree: the engine is unusable.
+      sticky_ = cuCheck(rc, "enqueueing the kernel");
       abort();
       return sticky_;
     }

@@ -4,7 +4,7 @@
 // Compiled by nvcc into its own fat binary (sm_80, sm_90, compute_90 PTX)
 // that device_coll.cc embeds and loads through the driver API. Kernels are
 // extern "C": tide_ar<algo>_<dtype>_<op>, algo 1 = one-shot, 2 = two-shot;
-// dtype/op numbers as in cuda_kernels.cu. One block per part (Args.nblocks
+// dtype/op numbers as in cuda_kernels.cu, op 4 = Avg. One block per part (Args.nblocks
 // blocks), any block size; thread 0 of a block signals and waits, every
 // thread of the block reduces/copies. Flags use release/acquire at system
 // scope (peers may be other processes or other GPUs); the abort word and the
@@ -19,18 +19,42 @@ namespace {
 
 namespace dc = tide::cuda::dc;
 
-template <class Codec, class Op>
+// Avg: the sum's final value divided by the rank count (integers: truncating
+// division; floats: multiplied by 1/n in the compute type), applied once to
+// the reduced value, so every rank stores the same bits.
+template <class Codec, bool kAvg>
+__device__ typename Codec::Store finish(typename Codec::Store acc, int n) {
+  if constexpr (!kAvg) {
+    return acc;
+  } else {
+    using C = typename Codec::Comp;
+    if constexpr (isIntegral<C>()) {
+      return Codec::store(static_cast<C>(Codec::load(acc) / static_cast<C>(n)));
+    } else {
+      return Codec::store(Codec::load(acc) * (static_cast<C>(1) / static_cast<C>(n)));
+    }
+  }
+}
+
+template <class Codec, class Op, bool kAvg>
 struct DevicePlatform {
-  uint32_t* shared;                // one word of shared memory for share()
+  uint64_t* shared;                // one word of shared memory for share()
   const volatile uint32_t* error;  // this rank's error word: another block failed
+  int nranks;                      // Avg divisor
 
   __device__ bool leader() const { return threadIdx.x == 0; }
-  __device__ uint32_t share(uint32_t v) const {
+  __device__ uint64_t share(uint64_t v) const {
     if (threadIdx.x == 0) *shared = v;
     __syncthreads();
-    const uint32_t r = *shared;
+    const uint64_t r = *shared;
     __syncthreads();
     return r;
+  }
+  __device__ uint64_t exitAdd(uint64_t* w) const {
+    __threadfence();
+    const auto old = atomicAdd(reinterpret_cast<unsigned long long*>(w), 1ull);
+    __threadfence();
+    return static_cast<uint64_t>(old);
   }
   __device__ void barrier() const { __syncthreads(); }
   __device__ void signal(uint64_t* f, uint64_t v) const {
@@ -79,6 +103,10 @@ struct DevicePlatform {
 #pragma unroll
         for (uint64_t j = 0; j < kVec; ++j) acc.s[j] = combine<Codec, Op>(acc.s[j], x.s[j]);
       }
+      if constexpr (kAvg) {
+#pragma unroll
+        for (uint64_t j = 0; j < kVec; ++j) acc.s[j] = finish<Codec, kAvg>(acc.s[j], nranks);
+      }
       reinterpret_cast<uint4*>(o)[v] = acc.v;
       if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v] = acc.v;
     }
@@ -86,6 +114,7 @@ struct DevicePlatform {
       S acc = reinterpret_cast<const S*>(ins[0])[i];
       for (int k = 1; k < n; ++k)
         acc = combine<Codec, Op>(acc, reinterpret_cast<const S*>(ins[k])[i]);
+      acc = finish<Codec, kAvg>(acc, nranks);
       o[i] = acc;
       if (o2 != nullptr) o2[i] = acc;
     }
@@ -105,36 +134,36 @@ struct DevicePlatform {
   }
 };
 
-template <class Codec, class Op, bool kTwoShot>
+// One block = one part. The grid has exactly a.nblocks blocks (the call
+// counter's exit count relies on it).
+template <class Codec, class Op, bool kTwoShot, bool kAvg = false>
 __device__ void allReduceBlock(const dc::Args& a) {
-  __shared__ uint32_t word;
-  DevicePlatform<Codec, Op> p{&word, a.errorWord};
-  if (static_cast<int>(blockIdx.x) >= a.nblocks) return;
-  // An earlier call of this rank failed: its peers are out of step, give up.
-  // Read by one thread and shared, so the whole block leaves together.
-  const uint32_t failed = p.share(threadIdx.x == 0 ? *p.error : 0);
+  __shared__ uint64_t word;
+  DevicePlatform<Codec, Op, kAvg> p{&word, a.errorWord, a.nranks};
+  // An earlier call of this rank failed: its peers are out of step, give up
+  // (the error is sticky, so the call counter no longer matters). Read by one
+  // thread and shared, so the whole block leaves together.
+  const uint64_t failed = p.share(threadIdx.x == 0 ? *p.error : 0);
   if (failed != 0) return;
-  if constexpr (kTwoShot) {
-    dc::twoShotPart(p, a, static_cast<int>(blockIdx.x));
-  } else {
-    dc::oneShotPart(p, a, static_cast<int>(blockIdx.x));
-  }
+  dc::runPart(p, a, static_cast<int>(blockIdx.x), kTwoShot);
 }
 
 }  // namespace
 
-#define TIDE_AR_KERNELS(T, O, CODEC, OP)                                                         \
+#define TIDE_AR_KERNELS(T, O, CODEC, OP, AVG)                                                    \
   extern "C" __global__ void __launch_bounds__(512) tide_ar1_##T##_##O(tide::cuda::dc::Args a) { \
-    allReduceBlock<CODEC, OP, false>(a);                                                         \
+    allReduceBlock<CODEC, OP, false, AVG>(a);                                                    \
   }                                                                                              \
   extern "C" __global__ void __launch_bounds__(512) tide_ar2_##T##_##O(tide::cuda::dc::Args a) { \
-    allReduceBlock<CODEC, OP, true>(a);                                                          \
+    allReduceBlock<CODEC, OP, true, AVG>(a);                                                     \
   }
-#define TIDE_AR_OPS(T, CODEC)          \
-  TIDE_AR_KERNELS(T, 0, CODEC, OpSum)  \
-  TIDE_AR_KERNELS(T, 1, CODEC, OpProd) \
-  TIDE_AR_KERNELS(T, 2, CODEC, OpMax)  \
-  TIDE_AR_KERNELS(T, 3, CODEC, OpMin)
+// Op 4 is Avg: Sum, then finish() on the reduced value.
+#define TIDE_AR_OPS(T, CODEC)                 \
+  TIDE_AR_KERNELS(T, 0, CODEC, OpSum, false)  \
+  TIDE_AR_KERNELS(T, 1, CODEC, OpProd, false) \
+  TIDE_AR_KERNELS(T, 2, CODEC, OpMax, false)  \
+  TIDE_AR_KERNELS(T, 3, CODEC, OpMin, false)  \
+  TIDE_AR_KERNELS(T, 4, CODEC, OpSum, true)
 
 TIDE_AR_OPS(0, Plain<int8_t>)
 TIDE_AR_OPS(1, Plain<uint8_t>)

@@ -16,8 +16,10 @@
 // Calls are collective and stream-ordered: every rank calls allReduce in the
 // same order with the same count/dtype/op/algo, each on its own stream (ranks
 // sharing one stream would deadlock: their kernels must run concurrently).
-// allReduce enqueues a copy of the input into scratch plus one kernel per
-// chunk of areaBytes and returns at once; completion is on the stream. A
+// allReduce enqueues one kernel per chunk of areaBytes (the kernel copies the
+// input into scratch itself) and returns at once; completion is on the
+// stream. Capturable: the call sequence number lives in device memory (see
+// device_coll_logic.h), so each replay of a captured graph is a new call. A
 // device-side wait that exceeds the timeout or sees abort() leaves a code in
 // host-mapped memory: check() turns it into a Status (tideTimeout /
 // tideRemoteError), and every later call fails with it.
@@ -80,12 +82,17 @@ class DeviceAllReduce {
 
   // recv[i] = send_0[i] op ... op send_{n-1}[i] (rank order, bit-identical on
   // every rank). send/recv: device memory of this rank's device; recv may
-  // equal send. Returns after enqueueing on `stream`.
+  // equal send. `avg` (op must be Sum): the sum divided by nranks on the
+  // device (integers truncate; floats multiply by 1/n). Returns after
+  // enqueueing on `stream`.
   Status allReduce(const void* send, void* recv, size_t count, tideDataType_t dtype, RedOp op,
-                   DeviceAlgo algo, CuStream stream);
+                   DeviceAlgo algo, CuStream stream, bool avg = false);
 
   // Non-blocking: the first device-side error of this rank, as a Status.
   Status check();
+  // Like check() without recording anything: callable from any thread while
+  // the engine is open (the caller keeps close() from running meanwhile).
+  Status peek() const;
   // Makes every device-side wait of this rank give up (sticky).
   void abort();
 
@@ -112,7 +119,6 @@ class DeviceAllReduce {
   size_t areaBytes_ = 0;
   size_t oneShotMax_ = 0;
   uint64_t timeoutNs_ = 0;
-  uint64_t seq_ = 0;
   void* module_ = nullptr;         // per-context module (shared, never unloaded)
   CuDevPtr scratch_ = 0;           // own region
   uint32_t* hostWords_ = nullptr;  // [0] abort, [1] error; host-mapped

@@ -6,9 +6,9 @@
 // Memory: every rank owns a scratch region that all ranks of the node map
 // (same pointer for threads of one process, CUDA IPC for processes). It holds
 // a flag area (kFlagWords 64-bit words, zero at creation) and two input
-// areas used alternately by call parity. Before each call the rank copies its
-// input (or the current chunk of it) into the area of the call's parity, on
-// its stream; then one kernel runs the algorithm:
+// areas used alternately by call parity. One kernel per call (or chunk) first
+// copies the rank's input into the area of the call's parity, then runs the
+// algorithm:
 //   one-shot: signal "input ready" to every peer, wait for every peer's
 //             signal, reduce all ranks' inputs (rank order 0..n-1) into out.
 //   two-shot: same start; then reduce slice `rank` of every input into out
@@ -36,6 +36,16 @@
 // order). Every wait is bounded by timeoutNs and checks an abort word; a
 // failed wait stores an error code (encodeError) into the error word and the
 // part returns at once.
+//
+// Graph-replay safety: the sequence number is not a kernel parameter. Each
+// rank keeps a call counter in its own flag area (kSeqWord: calls completed).
+// Every part's leader reads it at entry (seq = counter + 1), so all parts of
+// a call see the same value; the last part to finish (counted in kExitWord
+// with an acquire-release add) resets the exit count and stores seq, after
+// every part has read it. The next kernel on the stream (stream order) sees
+// the new value, so a replayed CUDA graph advances it like a fresh call. The
+// input area's parity and the copy-in (done by the kernel itself, each part
+// copying exactly the ranges its peers' same part reads) follow from it.
 #pragma once
 
 #include <cstddef>
@@ -59,6 +69,9 @@ inline constexpr int kPhases = 3;      // 0: input ready, 1: slice reduced, 2: d
 inline constexpr size_t kFlagWords = size_t{kPhases} * kMaxBlocks * kMaxRanks;
 // Mailbox words after the flags: [part][src][0 = send, 1 = recv] pointers.
 inline constexpr size_t kMailWords = size_t{kMaxBlocks} * kMaxRanks * 2;
+// Call counter words after the mailboxes (own flag area only).
+inline constexpr size_t kSeqWord = kFlagWords + kMailWords;  // calls completed
+inline constexpr size_t kExitWord = kSeqWord + 1;            // parts of this call done
 
 // Error word contents: kind | phase << 4 | peer << 8 | part << 16; 0 = none.
 inline constexpr uint32_t kErrTimeout = 1;
@@ -111,30 +124,37 @@ TIDE_DC_FN Range sliceOf(uint64_t count, int n, int p, uint64_t unit) {
 }
 
 // Kernel arguments (passed by value to the kernel; the CPU test fills the
-// same struct with host pointers).
+// same struct with host pointers). The host fills everything but the fields
+// marked "bound": those depend on the call's sequence number, which only the
+// device knows (bindCall fills them from the counter).
 struct Args {
   int rank;
   int nranks;
   int nblocks;
   int elemSize;
-  uint64_t count;              // elements of this call (chunk)
-  uint64_t seq;                // call sequence number, >= 1
-  uint64_t timeoutNs;          // bound of each wait
-  int direct;                  // 1: direct mode (see above)
-  char* send;                  // direct mode: this rank's input (user buffer or scratch copy)
-  char* data[kMaxRanks];       // each rank's input area of this call's parity
-  uint64_t* flags[kMaxRanks];  // each rank's flag area
-  char* out;                   // this rank's output (the user's buffer)
+  uint64_t count;                      // elements of this call (chunk)
+  uint64_t seq;                        // bound: call sequence number, >= 1
+  uint64_t timeoutNs;                  // bound of each wait
+  int direct;                          // 1: direct mode (see above)
+  int copyIn;                          // 1: the kernel copies `input` into the own area first
+  uint64_t areaBytes;                  // bytes of each input area
+  const char* input;                   // this rank's input of this call (the user's buffer)
+  char* base[kMaxRanks];               // each rank's scratch region (flag area first)
+  char* send;                          // bound: direct mode: this rank's input (input or own area)
+  char* data[kMaxRanks];               // bound: each rank's input area of this call's parity
+  uint64_t* flags[kMaxRanks];          // bound: each rank's flag area
+  char* out;                           // this rank's output (the user's buffer)
   const volatile uint32_t* abortWord;  // nonzero: stop waiting
   uint32_t* errorWord;                 // first error code of this rank
 };
 
 // Platform interface P (one instance per part; on the GPU per block):
 //   bool leader()                   the thread that signals and waits
-//   uint32_t share(uint32_t)        block barrier; returns the leader's value
+//   uint64_t share(uint64_t)        block barrier; returns the leader's value
 //   void barrier()                  block barrier
 //   void signal(uint64_t*, uint64_t)        fence + release store (system scope)
 //   uint64_t poll(const uint64_t*)          acquire load (system scope)
+//   uint64_t exitAdd(uint64_t*)     fetch-add 1, acquire-release (device scope)
 //   uint64_t nowNs()                monotonic clock
 //   bool aborted(const volatile uint32_t*)
 //   void pause(uint64_t iteration)  back-off while waiting
@@ -222,7 +242,7 @@ TIDE_DC_FN uint32_t exchangePhase(P& p, const Args& a, int phase, int part) {
     signalPeers(p, a, phase, part);
     code = waitPeers(p, a, phase, part);
   }
-  return p.share(code);
+  return static_cast<uint32_t>(p.share(code));
 }
 
 // One-shot All-Reduce, part `part`. Returns 0 or the error code.
@@ -274,11 +294,65 @@ TIDE_DC_FN uint32_t twoShotPart(P& p, const Args& a, int part) {
 
 // Scratch layout of one rank: flag area, padding, input area 0, input area 1.
 inline constexpr size_t kFlagAreaBytes = 64 << 10;  // >= kFlagWords * 8, 64 KiB aligned
-static_assert((kFlagWords + kMailWords) * sizeof(uint64_t) <= kFlagAreaBytes,
+static_assert((kFlagWords + kMailWords + 2) * sizeof(uint64_t) <= kFlagAreaBytes,
               "flag area too small");
 TIDE_DC_FN size_t scratchBytes(size_t areaBytes) { return kFlagAreaBytes + 2 * areaBytes; }
 TIDE_DC_FN size_t areaOffset(size_t areaBytes, uint64_t seq) {
   return kFlagAreaBytes + static_cast<size_t>(seq & 1) * areaBytes;
+}
+
+// The call's Args with the fields that depend on `seq` filled in.
+TIDE_DC_FN Args bindCall(const Args& in, uint64_t seq) {
+  Args a = in;
+  a.seq = seq;
+  for (int q = 0; q < a.nranks; ++q) {
+    a.flags[q] = reinterpret_cast<uint64_t*>(a.base[q]);
+    a.data[q] = a.base[q] + areaOffset(a.areaBytes, seq);
+  }
+  a.send = a.copyIn != 0 ? a.data[a.rank] : const_cast<char*>(a.input);
+  return a;
+}
+
+// Copy-in of part `part`: exactly the ranges that part `part` of every rank
+// reads from this rank's area (one-shot: the part's piece of the whole
+// input; two-shot: the part's piece of every rank's slice).
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN void copyInPart(P& p, const Args& a, int part, bool twoShot) {
+  if (a.copyIn == 0) return;
+  const uint64_t unit = unitOf(a.elemSize);
+  char* own = a.data[a.rank];
+  if (!twoShot) {
+    const Range r = pieceOf(Range{0, a.count}, a.nblocks, part, unit);
+    if (r.hi > r.lo) p.copy(own, a.input, r);
+    return;
+  }
+  for (int q = 0; q < a.nranks; ++q) {
+    const Range r = pieceOf(sliceOf(a.count, a.nranks, q, unit), a.nblocks, part, unit);
+    if (r.hi > r.lo) p.copy(own, a.input, r);
+  }
+}
+
+// One part of one call, from the counter read to the counter advance.
+// Returns 0 or the error code. Every part of the call must run it once.
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t runPart(P& p, const Args& in, int part, bool twoShot) {
+  uint64_t* own = reinterpret_cast<uint64_t*>(in.base[in.rank]);
+  uint64_t seq = 0;
+  if (p.leader()) seq = p.poll(own + kSeqWord) + 1;
+  seq = p.share(seq);
+  const Args a = bindCall(in, seq);
+  copyInPart(p, a, part, twoShot);
+  p.barrier();  // the whole part's copy-in precedes the "input ready" signal
+  const uint32_t code = twoShot ? twoShotPart(p, a, part) : oneShotPart(p, a, part);
+  p.barrier();
+  if (p.leader() && p.exitAdd(own + kExitWord) + 1 == static_cast<uint64_t>(a.nblocks)) {
+    // Last part of the call: every part has read the counter before its add.
+    p.signal(own + kExitWord, 0);
+    p.signal(own + kSeqWord, seq);
+  }
+  return code;
 }
 
 }  // namespace tide::cuda::dc

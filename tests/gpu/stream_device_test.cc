@@ -20,84 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include "driver_table.h"
 #include "tide/tide.h"
 
 namespace {
 
-using CuDevPtr = unsigned long long;
-struct Cuda {
-  int (*init)(unsigned);
-  int (*deviceGet)(int*, int);
-  int (*primaryCtxRetain)(void**, int);
-  int (*ctxSetCurrent)(void*);
-  int (*memAlloc)(CuDevPtr*, size_t);
-  int (*memFree)(CuDevPtr);
-  int (*htod)(CuDevPtr, const void*, size_t);
-  int (*dtoh)(void*, CuDevPtr, size_t);
-  int (*streamCreate)(void**, unsigned);
-  int (*streamDestroy)(void*);
-  int (*streamQuery)(void*);
-  int (*beginCapture)(void*, int);
-  int (*endCapture)(void*, void**);
-  int (*instantiate)(void**, void*, unsigned long long);
-  int (*graphLaunch)(void*, void*);
-  int (*graphExecDestroy)(void*);
-  int (*graphDestroy)(void*);
-  void* ctx = nullptr;
-} cu;
-
-template <class F>
-bool sym(void* h, F* out, const char* name) {
-  *out = reinterpret_cast<F>(dlsym(h, name));
-  return *out != nullptr;
-}
-
-bool loadCuda(std::string* why) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    *why = "no libcuda.so.1";
-    return false;
-  }
-  bool ok = sym(h, &cu.init, "cuInit") && sym(h, &cu.deviceGet, "cuDeviceGet") &&
-            sym(h, &cu.primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-            sym(h, &cu.ctxSetCurrent, "cuCtxSetCurrent") && sym(h, &cu.memAlloc, "cuMemAlloc_v2") &&
-            sym(h, &cu.memFree, "cuMemFree_v2") && sym(h, &cu.htod, "cuMemcpyHtoD_v2") &&
-            sym(h, &cu.dtoh, "cuMemcpyDtoH_v2") && sym(h, &cu.streamCreate, "cuStreamCreate") &&
-            sym(h, &cu.streamDestroy, "cuStreamDestroy_v2") &&
-            sym(h, &cu.streamQuery, "cuStreamQuery") &&
-            sym(h, &cu.beginCapture, "cuStreamBeginCapture_v2") &&
-            sym(h, &cu.endCapture, "cuStreamEndCapture") &&
-            sym(h, &cu.instantiate, "cuGraphInstantiateWithFlags") &&
-            sym(h, &cu.graphLaunch, "cuGraphLaunch") &&
-            sym(h, &cu.graphExecDestroy, "cuGraphExecDestroy") &&
-            sym(h, &cu.graphDestroy, "cuGraphDestroy");
-  if (!ok) {
-    *why = "libcuda.so.1 lacks a needed symbol (stub library or old driver)";
-    return false;
-  }
-  int rc = cu.init(0);
-  if (rc != 0) {
-    *why = "cuInit failed with " + std::to_string(rc);
-    return false;
-  }
-  int dev = 0;
-  if (cu.deviceGet(&dev, 0) != 0 || cu.primaryCtxRetain(&cu.ctx, dev) != 0) {
-    *why = "no CUDA device";
-    return false;
-  }
-  return true;
-}
-
-// Bounded wait for a stream (60 s): a hang becomes a failure.
-bool syncStream(void* s) {
-  for (int i = 0; i < 600000; ++i) {
-    int rc = cu.streamQuery(s);
-    if (rc == 0) return true;
-    if (rc != 600) return false;  // CUDA_ERROR_NOT_READY
-    if (i > 100) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  return false;
-}
+using gpu_test::cu;
+using gpu_test::CuDevPtr;
+using gpu_test::loadCuda;
+using gpu_test::syncStream;
 
 struct Dtype {
   tideDataType_t t;

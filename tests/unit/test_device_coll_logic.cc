@@ -37,13 +37,16 @@ struct HostPlatform {
   std::vector<uint8_t>* tmp;
 
   bool leader() const { return true; }
-  uint32_t share(uint32_t v) const { return v; }
+  uint64_t share(uint64_t v) const { return v; }
   void barrier() const {}
   void signal(uint64_t* f, uint64_t v) const {
     std::atomic_ref<uint64_t>(*f).store(v, std::memory_order_release);
   }
   uint64_t poll(const uint64_t* f) const {
     return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(f)).load(std::memory_order_acquire);
+  }
+  uint64_t exitAdd(uint64_t* w) const {
+    return std::atomic_ref<uint64_t>(*w).fetch_add(1, std::memory_order_acq_rel);
   }
   uint64_t nowNs() const {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -94,7 +97,11 @@ struct Node {
     for (int r = 0; r < n; ++r) scratch.emplace_back(scratchBytes(areaBytes) / 8 + 2, 0);
   }
   char* base(int r) { return reinterpret_cast<char*>(scratch[r].data()); }
-  Args args(int rank, uint64_t seq, uint64_t count, int elemSize, int nblocks, char* out,
+  // Calls rank r completed (its device-side counter).
+  uint64_t counter(int r) { return reinterpret_cast<uint64_t*>(base(r))[kSeqWord]; }
+  // What the host side passes to a kernel: nothing depends on the call's
+  // sequence number (scratch mode: the kernel copies `input` in).
+  Args args(int rank, const void* input, uint64_t count, int elemSize, int nblocks, char* out,
             uint64_t timeoutNs) {
     Args a{};
     a.rank = rank;
@@ -102,12 +109,11 @@ struct Node {
     a.nblocks = nblocks;
     a.elemSize = elemSize;
     a.count = count;
-    a.seq = seq;
     a.timeoutNs = timeoutNs;
-    for (int q = 0; q < n; ++q) {
-      a.data[q] = base(q) + areaOffset(areaBytes, seq);
-      a.flags[q] = reinterpret_cast<uint64_t*>(base(q));
-    }
+    a.copyIn = 1;
+    a.areaBytes = areaBytes;
+    a.input = static_cast<const char*>(input);
+    for (int q = 0; q < n; ++q) a.base[q] = base(q);
     a.out = out;
     a.abortWord = &abortWord;
     a.errorWord = &errorWord[rank];
@@ -117,15 +123,17 @@ struct Node {
 
 constexpr uint64_t kLongNs = 20'000'000'000ull;  // 20 s: never hit by a healthy run
 
-// Runs the parts of one rank in order (the same order on every rank).
+// Runs the parts of one rank in order (the same order on every rank), each
+// from counter read to counter advance, as the kernel's blocks do.
 uint32_t runRank(bool twoShot, const Args& a, ReduceFn fn) {
   std::vector<uint8_t> tmp;
   HostPlatform p{fn, a.elemSize, &tmp};
+  uint32_t first = 0;
   for (int b = 0; b < a.nblocks; ++b) {
-    const uint32_t code = twoShot ? twoShotPart(p, a, b) : oneShotPart(p, a, b);
-    if (code != 0) return code;
+    const uint32_t code = runPart(p, a, b, twoShot);
+    if (first == 0) first = code;
   }
-  return 0;
+  return first;
 }
 
 // Byte-equal, except that a NaN matches any NaN: random inputs hold NaNs, and
@@ -149,48 +157,57 @@ void fillRandom(std::vector<uint8_t>* v, uint64_t seed) {
   for (auto& x : *v) x = static_cast<uint8_t>(rng());
 }
 
-// Several collective calls on one node (areas reused by parity); returns the
-// number of wrong results.
-int runCase(tideDataType_t dt, RedOp op, int n, bool twoShot, bool direct, uint64_t seed) {
+// Several collective calls on one node (areas reused by parity); each call's
+// Args are built once and run `replays` times, as a captured CUDA graph
+// replays the same kernel parameters (the inputs change between replays);
+// returns the number of wrong results.
+int runCase(tideDataType_t dt, RedOp op, int n, bool twoShot, bool direct, uint64_t seed,
+            int replays = 1) {
   const KernelTable* host = kernelsFor(MemType::Host);
   const ReduceFn fn = host->reduceFn(dt, op);
   const int es = static_cast<int>(dtypeSize(dt));
   const std::vector<uint64_t> counts = {1, 37, 0, 1001, 7, 4099};
   Node node(n, 4099 * es);
   int wrong = 0;
+  uint64_t calls = 0;
   for (size_t c = 0; c < counts.size(); ++c) {
     const uint64_t count = counts[c];
-    const uint64_t seq = c + 1;
     const bool inPlace = (c % 2) == 1;
     const int nblocks = 1 + static_cast<int>((seed + c) % 3);
     std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * es));
     std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * es + 1));
-    for (int r = 0; r < n; ++r) fillRandom(&in[r], seed * 131 + c * 17 + r);
-    std::vector<uint8_t> want = in[0];
-    for (int r = 1; r < n; ++r) fn(want.data(), want.data(), in[r].data(), count);
-    std::vector<std::thread> threads;
-    std::vector<uint32_t> codes(n, 0);
+    // Direct mode reads the user buffers, except one-shot in place; for in
+    // place the output is the input buffer itself.
+    std::vector<Args> args;
     for (int r = 0; r < n; ++r) {
-      // The copy-in the host side does on the stream before the kernel; for
-      // in place the output is the input buffer itself.
-      // Direct mode reads the user buffers, except one-shot in place.
       char* outBuf = reinterpret_cast<char*>(inPlace ? in[r].data() : out[r].data());
-      char* area = node.base(r) + areaOffset(node.areaBytes, seq);
-      if (count > 0) memcpy(area, in[r].data(), count * es);
-      Args a = node.args(r, seq, count, es, nblocks, outBuf, kLongNs);
+      Args a = node.args(r, in[r].data(), count, es, nblocks, outBuf, kLongNs);
       a.direct = direct ? 1 : 0;
-      a.send = (!direct || (inPlace && !twoShot)) ? area : reinterpret_cast<char*>(in[r].data());
-      threads.emplace_back([&codes, r, a, fn, twoShot] { codes[r] = runRank(twoShot, a, fn); });
+      a.copyIn = (!direct || (inPlace && !twoShot)) ? 1 : 0;
+      args.push_back(a);
     }
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < n; ++r) {
-      const uint8_t* got = inPlace ? in[r].data() : out[r].data();
-      if (codes[r] != 0 || !sameResult(dt, got, want.data(), count)) {
-        ++wrong;
-        ADD_FAILURE() << dtypeName(dt) << " op " << static_cast<int>(op) << " n " << n
-                      << (twoShot ? " two-shot" : " one-shot") << (direct ? " direct" : "")
-                      << " count " << count << (inPlace ? " in place" : "") << " rank " << r
-                      << " code " << codes[r];
+    for (int rep = 0; rep < replays; ++rep) {
+      for (int r = 0; r < n; ++r) fillRandom(&in[r], seed * 131 + c * 17 + r + rep * 7919);
+      std::vector<uint8_t> want = in[0];
+      for (int r = 1; r < n; ++r) fn(want.data(), want.data(), in[r].data(), count);
+      std::vector<std::thread> threads;
+      std::vector<uint32_t> codes(n, 0);
+      for (int r = 0; r < n; ++r) {
+        threads.emplace_back(
+            [&codes, r, a = args[r], fn, twoShot] { codes[r] = runRank(twoShot, a, fn); });
+      }
+      for (auto& t : threads) t.join();
+      ++calls;
+      for (int r = 0; r < n; ++r) {
+        const uint8_t* got = inPlace ? in[r].data() : out[r].data();
+        if (codes[r] != 0 || !sameResult(dt, got, want.data(), count) || node.counter(r) != calls) {
+          ++wrong;
+          ADD_FAILURE() << dtypeName(dt) << " op " << static_cast<int>(op) << " n " << n
+                        << (twoShot ? " two-shot" : " one-shot") << (direct ? " direct" : "")
+                        << " count " << count << (inPlace ? " in place" : "") << " rank " << r
+                        << " replay " << rep << " code " << codes[r] << " counter "
+                        << node.counter(r) << " (want " << calls << ")";
+        }
       }
     }
   }
@@ -216,6 +233,52 @@ TEST(DeviceCollLogic, EveryDtypeOpRanksAndAlgorithm) {
     }
   }
   EXPECT_EQ(cases, tideNumTypes * 4 * kMaxRanks * 4);
+}
+
+// Graph replays: the same kernel parameters run again and again, with no
+// host-side sequence number; the device counter picks the flag values and
+// the input area's parity, so results stay right across many replays.
+TEST(DeviceCollLogic, ReplaysOfTheSameArgsAdvanceTheCounter) {
+  int cases = 0;
+  for (int n : {2, 3, 4, 8}) {
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool two = (mode & 1) != 0;
+      const bool direct = (mode & 2) != 0;
+      const tideDataType_t dt = n == 3 ? tideInt32 : tideFloat32;
+      ASSERT_EQ(runCase(dt, RedOp::Sum, n, two, direct, 1000 + n * 4 + mode, 5), 0);
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 16);
+}
+
+// The exit count returns to zero after every call, and the counter ends at
+// the number of calls whatever the number of parts.
+TEST(DeviceCollLogic, CounterWordsAfterCalls) {
+  const ReduceFn fn = kernelsFor(MemType::Host)->reduceFn(tideFloat32, RedOp::Sum);
+  Node node(2, 4096);
+  std::vector<float> in0(300, 1.0f), in1(300, 2.0f), out0(300), out1(300);
+  for (int call = 1; call <= 4; ++call) {
+    const int nb = call;  // 1..4 parts
+    uint32_t c1 = 0;
+    std::thread t([&] {
+      c1 = runRank(
+          call % 2 == 0,
+          node.args(1, in1.data(), 300, 4, nb, reinterpret_cast<char*>(out1.data()), kLongNs), fn);
+    });
+    const uint32_t c0 = runRank(
+        call % 2 == 0,
+        node.args(0, in0.data(), 300, 4, nb, reinterpret_cast<char*>(out0.data()), kLongNs), fn);
+    t.join();
+    ASSERT_EQ(c0, 0u);
+    ASSERT_EQ(c1, 0u);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(node.counter(r), static_cast<uint64_t>(call));
+      EXPECT_EQ(reinterpret_cast<uint64_t*>(node.base(r))[kExitWord], 0u);
+    }
+    EXPECT_EQ(out0[299], 3.0f);
+    EXPECT_EQ(out1[0], 3.0f);
+  }
 }
 
 TEST(DeviceCollLogic, SlicesTileTheRangeAligned) {
@@ -252,15 +315,17 @@ TEST(DeviceCollLogic, MissingPeerTimesOutWithCode) {
   for (bool two : {false, true}) {
     // Rank 2 of 3 never runs: ranks 0 and 1 must give up in phase 0.
     Node node(3, 1024);
-    std::vector<float> out0(64), out1(64);
+    std::vector<float> out0(64), out1(64), in(64, 1.0f);
     const uint64_t timeout = 50'000'000;  // 50 ms
     const auto t0 = std::chrono::steady_clock::now();
     uint32_t c0 = 0, c1 = 0;
     std::thread t([&] {
-      c1 = runRank(two, node.args(1, 1, 64, 4, 2, reinterpret_cast<char*>(out1.data()), timeout),
+      c1 = runRank(two,
+                   node.args(1, in.data(), 64, 4, 2, reinterpret_cast<char*>(out1.data()), timeout),
                    fn);
     });
-    c0 = runRank(two, node.args(0, 1, 64, 4, 2, reinterpret_cast<char*>(out0.data()), timeout), fn);
+    c0 = runRank(
+        two, node.args(0, in.data(), 64, 4, 2, reinterpret_cast<char*>(out0.data()), timeout), fn);
     t.join();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -280,20 +345,25 @@ TEST(DeviceCollLogic, MissingPeerTimesOutWithCode) {
 TEST(DeviceCollLogic, TwoShotPeerStuckAfterInputTimesOutInPhaseOne) {
   const ReduceFn fn = kernelsFor(MemType::Host)->reduceFn(tideInt32, RedOp::Max);
   Node node(3, 1024);
-  std::vector<int32_t> out0(100), out1(100);
+  std::vector<int32_t> out0(100), out1(100), in(100, 3);
   const uint64_t timeout = 50'000'000;
   // Rank 2 signals "input ready" for its only part, then stops.
   std::vector<uint8_t> tmp;
   HostPlatform p2{fn, 4, &tmp};
   std::vector<int32_t> out2(100);
-  signalPeers(p2, node.args(2, 1, 100, 4, 1, reinterpret_cast<char*>(out2.data()), timeout), 0, 0);
+  signalPeers(
+      p2,
+      bindCall(node.args(2, in.data(), 100, 4, 1, reinterpret_cast<char*>(out2.data()), timeout),
+               1),
+      0, 0);
   uint32_t c1 = 0;
   std::thread t([&] {
-    c1 = runRank(true, node.args(1, 1, 100, 4, 1, reinterpret_cast<char*>(out1.data()), timeout),
+    c1 = runRank(true,
+                 node.args(1, in.data(), 100, 4, 1, reinterpret_cast<char*>(out1.data()), timeout),
                  fn);
   });
-  const uint32_t c0 =
-      runRank(true, node.args(0, 1, 100, 4, 1, reinterpret_cast<char*>(out0.data()), timeout), fn);
+  const uint32_t c0 = runRank(
+      true, node.args(0, in.data(), 100, 4, 1, reinterpret_cast<char*>(out0.data()), timeout), fn);
   t.join();
   for (uint32_t c : {c0, c1}) {
     EXPECT_EQ(errorKind(c), kErrTimeout);
@@ -305,7 +375,7 @@ TEST(DeviceCollLogic, TwoShotPeerStuckAfterInputTimesOutInPhaseOne) {
 TEST(DeviceCollLogic, AbortWordStopsWaitsAtOnce) {
   const ReduceFn fn = kernelsFor(MemType::Host)->reduceFn(tideFloat64, RedOp::Min);
   Node node(4, 4096);
-  std::vector<double> out(8);
+  std::vector<double> out(8), in(8, 1.0);
   std::atomic_ref<uint32_t>(node.abortWord).store(0);
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -313,8 +383,8 @@ TEST(DeviceCollLogic, AbortWordStopsWaitsAtOnce) {
   });
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 1 alone, peers absent, 20 s timeout: only the abort can end it.
-  const uint32_t c =
-      runRank(false, node.args(1, 1, 8, 8, 3, reinterpret_cast<char*>(out.data()), kLongNs), fn);
+  const uint32_t c = runRank(
+      false, node.args(1, in.data(), 8, 8, 3, reinterpret_cast<char*>(out.data()), kLongNs), fn);
   aborter.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(errorKind(c), kErrAborted);

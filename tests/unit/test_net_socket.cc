@@ -137,49 +137,94 @@ bool writeAll(int fd, const void* p, size_t n) {
   return true;
 }
 
+// Connects a socket-net comm pair over IPv4 loopback with `threads` helper
+// threads and `nsocks` data sockets; sets `out` to the send comm's sockets in
+// index (= creation) order, found as the fds whose peer is the listener, so
+// a test can write stripes on them itself. Returns 0 or an exit code.
+int rawPair(const char* threads, const char* perThread, size_t nsocks, void** lc, void** s,
+            void** r, std::vector<int>* out) {
+  setenv("TIDE_SOCKET_IFNAME", "lo", 1);
+  setenv("TIDE_SOCKET_FAMILY", "AF_INET", 1);
+  setenv("TIDE_SOCKET_NTHREADS", threads, 1);
+  setenv("TIDE_NSOCKS_PERTHREAD", perThread, 1);
+  const tideNet_v1_t& n = kSocketNet;
+  if (n.init(nullptr) != tideSuccess) return 77;
+  uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
+  *lc = *s = *r = nullptr;
+  if (n.listen(0, handle, lc) != tideSuccess) return 2;
+  for (int i = 0; i < 100000 && (*s == nullptr || *r == nullptr); ++i) {
+    if (*s == nullptr && n.connect(0, handle, s) != tideSuccess) return 3;
+    if (*r == nullptr && n.accept(*lc, r) != tideSuccess) return 4;
+    usleep(10);
+  }
+  if (*s == nullptr || *r == nullptr) return 5;
+  int listenPort = -1;
+  for (int fd = 0; fd < 1024; ++fd) {
+    int v = 0;
+    socklen_t len = sizeof(v);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) != 0) continue;
+    sockaddr_in a{};
+    socklen_t al = sizeof(a);
+    if (v == 1 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0)
+      listenPort = ntohs(a.sin_port);
+  }
+  for (int fd = 0; fd < 1024; ++fd) {
+    sockaddr_in a{};
+    socklen_t al = sizeof(a);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0 &&
+        ntohs(a.sin_port) == listenPort)
+      out->push_back(fd);
+  }
+  return out->size() == nsocks ? 0 : 6;
+}
+
+constexpr uint32_t kStripeMagic = 0x534f4344;
+
+// A stripe header whose offset + length wraps around 2^64 is corrupt: the
+// receive must fail without writing outside its buffer.
+TEST(SocketNet, WrappingStripeOffsetIsRejected) {
+  int rc = inChild([] {
+    void *lc, *s, *r;
+    std::vector<int> out;
+    if (int e = rawPair("0", "1", 1, &lc, &s, &r, &out)) return e;
+    const tideNet_v1_t& n = kSocketNet;
+    std::vector<uint8_t> mem(64 + 16 + 64, 0xee);  // guard, buffer, guard
+    void* dst = mem.data() + 64;
+    size_t cap = 16;
+    int tag = 5;
+    void* rr = nullptr;
+    if (n.irecv(r, 1, &dst, &cap, &tag, nullptr, &rr) != tideSuccess || rr == nullptr) return 7;
+    SocketStripeHeader h{kStripeMagic, 0, 16, ~uint64_t{0} - 7, 16, 5};  // offset "-8"
+    std::vector<uint8_t> pay(16, 0x11);
+    if (!writeAll(out[0], &h, sizeof(h)) || !writeAll(out[0], pay.data(), pay.size())) return 8;
+    int done = 0;
+    tideResult_t res = tideSuccess;
+    for (int i = 0; i < 20000 && res == tideSuccess && !done; ++i) {
+      res = n.test(rr, &done, nullptr);
+      usleep(100);
+    }
+    for (size_t i = 0; i < mem.size(); ++i)
+      if ((i < 64 || i >= 80) && mem[i] != 0xee) return 9;
+    if (res != tideInvalidUsage) return 10;
+    n.closeSend(s);
+    n.closeRecv(r);
+    n.closeListen(lc);
+    return 0;
+  });
+  if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
+  EXPECT_EQ(rc, 0);
+}
+
 // With two helper threads: one socket delivers a mismatched message while the
 // other is in the middle of a stripe of an earlier receive. Once test() has
 // reported the failure and ended that receive, the net must no longer touch
 // its request or its buffer (the caller may free both).
 TEST(SocketNet, NoWriteIntoReceiveAfterItFailed) {
   int rc = inChild([] {
-    setenv("TIDE_SOCKET_IFNAME", "lo", 1);
-    setenv("TIDE_SOCKET_FAMILY", "AF_INET", 1);
-    setenv("TIDE_SOCKET_NTHREADS", "2", 1);
-    setenv("TIDE_NSOCKS_PERTHREAD", "1", 1);
-    const tideNet_v1_t& n = kSocketNet;
-    if (n.init(nullptr) != tideSuccess) return 77;
-    uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
-    void *lc = nullptr, *s = nullptr, *r = nullptr;
-    if (n.listen(0, handle, &lc) != tideSuccess) return 2;
-    for (int i = 0; i < 100000 && (s == nullptr || r == nullptr); ++i) {
-      if (s == nullptr && n.connect(0, handle, &s) != tideSuccess) return 3;
-      if (r == nullptr && n.accept(lc, &r) != tideSuccess) return 4;
-      usleep(10);
-    }
-    if (s == nullptr || r == nullptr) return 5;
-    // The send comm's sockets, in creation (= index) order: peer port is the
-    // listener's. The test writes stripes on them itself.
-    int listenPort = -1;
+    void *lc, *s, *r;
     std::vector<int> out;
-    for (int fd = 0; fd < 1024; ++fd) {
-      int v = 0;
-      socklen_t len = sizeof(v);
-      if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) != 0) continue;
-      sockaddr_in a{};
-      socklen_t al = sizeof(a);
-      if (v == 1 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0)
-        listenPort = ntohs(a.sin_port);
-    }
-    for (int fd = 0; fd < 1024; ++fd) {
-      sockaddr_in a{};
-      socklen_t al = sizeof(a);
-      if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &al) == 0 &&
-          ntohs(a.sin_port) == listenPort)
-        out.push_back(fd);
-    }
-    if (out.size() != 2) return 6;
-    constexpr uint32_t kMagic = 0x534f4344;
+    if (int e = rawPair("2", "1", 2, &lc, &s, &r, &out)) return e;
+    const tideNet_v1_t& n = kSocketNet;
     constexpr uint32_t kS = 256 << 10;
     std::vector<uint8_t> buf(2 * kS, 0), small(16, 0), pay(kS, 0x11);
     void *r0 = nullptr, *r1 = nullptr;
@@ -190,12 +235,12 @@ TEST(SocketNet, NoWriteIntoReceiveAfterItFailed) {
     if (n.irecv(r, 1, &d0, &c0, &t0, nullptr, &r0) != tideSuccess || r0 == nullptr) return 7;
     if (n.irecv(r, 1, &d1, &c1, &t1, nullptr, &r1) != tideSuccess || r1 == nullptr) return 8;
     // Socket 1: the second stripe of message 0, half of it for now.
-    SocketStripeHeader h1{kMagic, 0, 2 * kS, kS, kS, 1};
+    SocketStripeHeader h1{kStripeMagic, 0, 2 * kS, kS, kS, 1};
     if (!writeAll(out[1], &h1, sizeof(h1)) || !writeAll(out[1], pay.data(), kS / 2)) return 9;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     // Socket 0: the first stripe, then message 1 with a tag the receive does not expect.
-    SocketStripeHeader h0{kMagic, 0, 2 * kS, 0, kS, 1};
-    SocketStripeHeader bad{kMagic, 1, 16, 0, 16, 99};
+    SocketStripeHeader h0{kStripeMagic, 0, 2 * kS, 0, kS, 1};
+    SocketStripeHeader bad{kStripeMagic, 1, 16, 0, 16, 99};
     if (!writeAll(out[0], &h0, sizeof(h0)) || !writeAll(out[0], pay.data(), kS) ||
         !writeAll(out[0], &bad, sizeof(bad)) || !writeAll(out[0], pay.data(), 16))
       return 10;
@@ -235,7 +280,7 @@ int loopbackTransfer(const char* ifname, const char* family) {
   }
   setenv("TIDE_SOCKET_IFNAME", ifname, 1);
   setenv("TIDE_SOCKET_FAMILY", family, 1);
-  setenv("TIDE_SOCKET_NTHREADS", "0", 1);  // one socket; getPollFd returns it
+  setenv("TIDE_SOCKET_NTHREADS", "0", 1);  // one socket; the receive comm's getPollFd returns it
   setenv("TIDE_NSOCKS_PERTHREAD", "1", 1);
   setenv("TIDE_TIMEOUT", "42", 1);
   const tideNet_v1_t& n = kSocketNet;
@@ -251,7 +296,7 @@ int loopbackTransfer(const char* ifname, const char* family) {
   if (s == nullptr || r == nullptr) _exit(5);
   int fd = -1, v = 0;
   socklen_t len = sizeof(v);
-  n.getPollFd(s, &fd);
+  n.getPollFd(r, &fd);
   if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &len) != 0 || v != 42000)
     _exit(6);
   if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len) != 0 || v != 1) _exit(7);
@@ -281,6 +326,60 @@ TEST(SocketNet, Ipv4Loopback) { EXPECT_EQ(loopbackTransfer("lo", "AF_INET"), 0);
 TEST(SocketNet, Ipv6Loopback) {
   if (findSocketDevices("lo", AF_INET6).empty()) GTEST_SKIP() << "no IPv6 on lo";
   EXPECT_EQ(loopbackTransfer("lo", "AF_INET6"), 0);
+}
+
+// net.h: a comm's poll fd turns readable when a request may have advanced,
+// "room to send" included. Without helper threads a send comm's fd must wake a
+// sender whose socket buffer was full once the receiver has drained it.
+TEST(SocketNet, SendPollFdWakesWhenRoomToSend) {
+  int rc = inChild([] {
+    setenv("TIDE_SOCKET_IFNAME", "lo", 1);
+    setenv("TIDE_SOCKET_FAMILY", "AF_INET", 1);
+    setenv("TIDE_SOCKET_NTHREADS", "0", 1);
+    setenv("TIDE_NSOCKS_PERTHREAD", "1", 1);
+    setenv("TIDE_SOCKET_BUFSIZE", "128K", 1);  // the sender's buffer fills many times
+    const tideNet_v1_t& n = kSocketNet;
+    if (n.init(nullptr) != tideSuccess) return 77;
+    uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
+    void *lc = nullptr, *s = nullptr, *r = nullptr;
+    if (n.listen(0, handle, &lc) != tideSuccess) return 2;
+    for (int i = 0; i < 100000 && (s == nullptr || r == nullptr); ++i) {
+      if (s == nullptr && n.connect(0, handle, &s) != tideSuccess) return 3;
+      if (r == nullptr && n.accept(lc, &r) != tideSuccess) return 4;
+      usleep(10);
+    }
+    if (s == nullptr || r == nullptr) return 5;
+    constexpr size_t kBytes = 8 << 20;
+    std::vector<uint8_t> out(kBytes, 0x5a), in(kBytes, 0);
+    void *sr = nullptr, *rr = nullptr;
+    void* dst = in.data();
+    size_t cap = in.size();
+    int tag = 3;
+    if (n.irecv(r, 1, &dst, &cap, &tag, nullptr, &rr) != tideSuccess || rr == nullptr) return 6;
+    std::thread receiver([&] {  // the receiving side drains its socket every 2 ms
+      int rd = 0;
+      while (!rd && n.test(rr, &rd, nullptr) == tideSuccess) usleep(2000);
+    });
+    int fd = -1;
+    n.getPollFd(s, &fd);
+    if (fd < 0 || n.isend(s, out.data(), out.size(), 3, nullptr, &sr) != tideSuccess) return 7;
+    int sd = 0, timeouts = 0;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      if (n.test(sr, &sd, nullptr) != tideSuccess) return 8;
+      if (sd) break;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 200) == 0) ++timeouts;
+    }
+    receiver.join();
+    if (!sd || in != out) return 9;
+    n.closeSend(s);
+    n.closeRecv(r);
+    n.closeListen(lc);
+    return timeouts == 0 ? 0 : 20 + std::min(timeouts, 50);
+  });
+  if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
+  EXPECT_EQ(rc, 0);
 }
 
 TEST(SocketNet, NoMatchingInterfaceFailsInit) {

@@ -33,7 +33,7 @@ NetConnection::~NetConnection() {
   if (recvComm_ != nullptr) (void)net_->closeRecv(recvComm_);
 }
 
-Status NetConnection::fail(Status s) {
+Status NetConnection::fail(const Status& s) {
   if (error_.ok()) {
     error_ = Status(s.code(), "net connection to rank " + std::to_string(peer_) + " (channel " +
                                   std::to_string(channel_) + "): " + s.message());

@@ -79,7 +79,7 @@ class NetConnection final : public Connection {
 
   Status progressSends(bool* moved);
   Status progressRecvs(bool* moved);
-  Status fail(Status s);
+  Status fail(const Status& s);
 
   const tideNet_v1_t* net_;
   void* sendComm_;

@@ -129,7 +129,7 @@ std::vector<std::string> registeredNetNames() {
   NetTable& t = table();
   std::lock_guard<std::mutex> g(t.mu);
   std::vector<std::string> v;
-  for (const tideNet_v1_t* n : t.builtins) v.push_back(n->name);
+  for (const tideNet_v1_t* n : t.builtins) v.emplace_back(n->name);
   return v;
 }
 

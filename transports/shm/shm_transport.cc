@@ -79,7 +79,7 @@ int64_t coarseNs() {
 
 // What each rank publishes at setup. Fixed size for allGather.
 struct SegRecord {
-  uint32_t state = 0;  // kNone, kReady or kFailed
+  uint32_t state = 0;  // 0 (not yet), kReady or kFailed
   uint32_t pad = 0;
   uint64_t probeAddr = 0;  // cmaProbeAddress() of the owner (0: single copy off)
   uint64_t probeValue = 0;
@@ -90,7 +90,6 @@ struct SetupResult {
   uint8_t ok = 0;
   uint8_t cmaAll = 0;  // process_vm_readv works from this rank to every shm peer
 };
-constexpr uint32_t kNone = 0;
 constexpr uint32_t kReady = 1;
 constexpr uint32_t kFailed = 2;
 

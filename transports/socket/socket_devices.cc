@@ -16,6 +16,8 @@ namespace {
 
 constexpr uint64_t kMinStripe = 64 << 10;
 constexpr uint64_t kStripeAlign = 4096;
+// A stripe's length travels in 32 bits (SocketStripeHeader::len).
+constexpr uint64_t kMaxStripe = uint64_t{1} << 30;
 
 int readSpeed(const std::string& ifname) {
   std::ifstream f("/sys/class/net/" + ifname + "/speed");
@@ -93,12 +95,13 @@ std::vector<SocketDevice> findSocketDevices(const std::string& filter, int famil
 }
 
 void socketStripes(uint64_t total, int nsocks, int* count, uint64_t* stripeBytes) {
-  if (total == 0 || nsocks <= 1 || total < 2 * kMinStripe) {
+  if (total <= kMaxStripe && (nsocks <= 1 || total < 2 * kMinStripe)) {
     *count = 1;
     *stripeBytes = total;
     return;
   }
-  uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(nsocks), total / kMinStripe);
+  uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(std::max(nsocks, 1)), total / kMinStripe);
+  n = std::max(n, (total + kMaxStripe - 1) / kMaxStripe);  // more stripes than sockets
   uint64_t per = (total + n - 1) / n;
   per = (per + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
   *count = static_cast<int>((total + per - 1) / per);

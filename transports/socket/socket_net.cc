@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -174,6 +175,7 @@ struct Comm {
   std::vector<std::thread> threads;
   std::vector<int> wakeFds;  // one per thread
   int doneFd = -1;           // eventfd: a request advanced or the comm failed
+  int roomFd = -1;  // no threads, one sending socket: epoll fd, readable when it is writable
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::set<Request*> live;              // every request not yet freed
@@ -282,7 +284,7 @@ bool matchStripe(Comm& c, DataSock& s) {
   } else if (h.tag != r->tag) {
     why = "message " + std::to_string(h.seq) + " has tag " + std::to_string(h.tag) +
           ", the receive expects " + std::to_string(r->tag);
-  } else if (h.offset + h.len > h.total) {
+  } else if (h.offset > h.total || h.len > h.total - h.offset) {  // no wrap-around
     why = "corrupt stripe header (offset beyond the message)";
   } else {
     uint64_t t = r->total.load(std::memory_order_relaxed);
@@ -378,6 +380,27 @@ void wakeHelpers(Comm& c) {
   for (int fd : c.wakeFds) notify(fd);
 }
 
+// Stops and joins the helper threads (idempotent; not from a helper). After
+// it no thread but the caller's touches a request or a user buffer.
+void stopHelpers(Comm& c) {
+  c.stop.store(true, std::memory_order_release);
+  wakeHelpers(c);
+  for (std::thread& t : c.threads) {
+    if (t.joinable()) t.join();
+  }
+}
+
+// Closes every fd of a comm and frees it with its requests.
+void destroyComm(Comm* c) {
+  stopHelpers(*c);
+  for (DataSock& s : c->socks) closeFd(s.fd);
+  for (int& fd : c->wakeFds) closeFd(fd);
+  closeFd(c->doneFd);
+  closeFd(c->roomFd);
+  for (Request* r : c->live) delete r;
+  delete c;
+}
+
 // Builds a comm from connected sockets and starts its helper threads.
 tideResult_t makeComm(bool send, std::vector<int>& fds, Comm** out) {
   auto c = std::make_unique<Comm>();
@@ -393,35 +416,43 @@ tideResult_t makeComm(bool send, std::vector<int>& fds, Comm** out) {
   fds.clear();
   c->nthreads = std::min(socketThreads(), static_cast<int>(c->socks.size()));
   if (c->nthreads > 0) {
+    // On failure the comm closes the sockets it took and the fds it made.
     c->doneFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (c->doneFd < 0) return fail(tideSystemError, "eventfd: %s", strerror(errno));
+    if (c->doneFd < 0) {
+      int e = errno;
+      destroyComm(c.release());
+      return fail(tideSystemError, "eventfd: %s", strerror(e));
+    }
     for (int t = 0; t < c->nthreads; ++t) {
       int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-      if (fd < 0) return fail(tideSystemError, "eventfd: %s", strerror(errno));
+      if (fd < 0) {
+        int e = errno;
+        destroyComm(c.release());
+        return fail(tideSystemError, "eventfd: %s", strerror(e));
+      }
       c->wakeFds.push_back(fd);
     }
     try {
       for (int t = 0; t < c->nthreads; ++t) c->threads.emplace_back(helperMain, c.get(), t);
     } catch (const std::system_error& e) {
-      c->stop = true;
-      wakeHelpers(*c);
-      for (std::thread& th : c->threads) th.join();
+      destroyComm(c.release());
       return fail(tideSystemError, "cannot start a helper thread: %s", e.what());
+    }
+  } else if (send && c->socks.size() == 1) {
+    // A sending socket never turns readable; the poll fd must when there is
+    // room to send (net.h), so it is an epoll fd watching for writability.
+    c->roomFd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLOUT;
+    ev.data.fd = c->socks[0].fd;
+    if (c->roomFd < 0 || epoll_ctl(c->roomFd, EPOLL_CTL_ADD, c->socks[0].fd, &ev) != 0) {
+      int e = errno;
+      destroyComm(c.release());
+      return fail(tideSystemError, "epoll: %s", strerror(e));
     }
   }
   *out = c.release();
   return tideSuccess;
-}
-
-void destroyComm(Comm* c) {
-  c->stop.store(true, std::memory_order_release);
-  wakeHelpers(*c);
-  for (std::thread& t : c->threads) t.join();
-  for (DataSock& s : c->socks) closeFd(s.fd);
-  for (int& fd : c->wakeFds) closeFd(fd);
-  closeFd(c->doneFd);
-  for (Request* r : c->live) delete r;
-  delete c;
 }
 
 // Caller-driven progress (no helper threads).
@@ -535,6 +566,9 @@ tideResult_t netTest(void* request, int* done, size_t* sizes) {
   }
   *done = 0;
   if (!fin && c.err.load(std::memory_order_acquire) == 0) return tideSuccess;
+  // The comm failed: helper threads of its other sockets may still be moving
+  // a stripe of this request; stop them before it and its buffer go back.
+  if (!fin) stopHelpers(c);
   {
     std::lock_guard<std::mutex> g(c.mu);
     c.live.erase(r);
@@ -549,7 +583,10 @@ tideResult_t netTest(void* request, int* done, size_t* sizes) {
 
 tideResult_t netGetPollFd(void* comm, int* fd) {
   auto* c = static_cast<Comm*>(comm);
-  *fd = c->nthreads > 0 ? c->doneFd : (c->socks.size() == 1 ? c->socks[0].fd : -1);
+  *fd = c->nthreads > 0                    ? c->doneFd
+        : c->roomFd >= 0                   ? c->roomFd
+        : !c->send && c->socks.size() == 1 ? c->socks[0].fd
+                                           : -1;
   return tideSuccess;
 }
 

@@ -54,7 +54,9 @@ struct SocketStripeHeader {
 static_assert(sizeof(SocketStripeHeader) == 32);
 
 // Stripes of a message of `total` bytes over `nsocks` sockets: count and
-// size (the last one may be shorter). total 0: one empty stripe.
+// size (the last one may be shorter). total 0: one empty stripe. No stripe
+// exceeds 1 GiB (its length travels in 32 bits): larger messages get more
+// stripes than sockets.
 void socketStripes(uint64_t total, int nsocks, int* count, uint64_t* stripeBytes);
 
 // The net itself (also registered as the built-in "socket").

@@ -174,6 +174,7 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
   std::memcpy(&h, handle, sizeof(h));
   uint8_t* slot = static_cast<uint8_t*>(handle) + kStateOffset;
   ConnectState* cs = nullptr;
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
   std::memcpy(&cs, slot, sizeof(cs));
   if (cs == nullptr) {
     if (h.magic != kHandleMagic || h.nsocks < 1 || h.nsocks > kMaxSocks ||
@@ -203,6 +204,7 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
         return fail(tideRemoteError, "connect to %s: %s", a.str().c_str(), strerror(e));
       }
     }
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
     std::memcpy(slot, &cs, sizeof(cs));
   }
   bool all = true;
@@ -222,6 +224,7 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
       err = errno != 0 ? errno : EIO;
     }
     if (err != 0) {
+      // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
       std::memset(slot, 0, sizeof(cs));
       dropConnect(cs);
       return fail(tideRemoteError, "connect: %s", strerror(err));
@@ -229,6 +232,7 @@ tideResult_t netConnect(int dev, void* handle, void** sendComm) {
     cs->ready[i] = true;
   }
   if (!all) return tideSuccess;
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): the slot holds the pointer itself
   std::memset(slot, 0, sizeof(cs));
   std::vector<int> fds = std::move(cs->fds);
   delete cs;

@@ -1,0 +1,115 @@
+// Per-communicator state of the CUDA-stream path, shared by
+// core/device_stream.cc (pinned staging, proxy thread) and
+// core/device_engine.cc (the device All-Reduce engine). Internal to the core.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/job.h"
+#include "core/status.h"
+#include "cuda/cuda_loader.h"
+#include "cuda/device_coll.h"
+#include "cuda/stream_order.h"
+
+namespace tide::devstream {
+
+using cuda::CuDevPtr;
+using cuda::CuStream;
+
+struct Copy {
+  CuStream stream;
+  CuDevPtr dst;
+  CuDevPtr src;
+  size_t bytes;
+};
+
+struct CommState;
+
+// One job on CUDA streams: its ops (buffers rewritten to the slot), its
+// stream copies and its completion word. Owned by CommState::live.
+struct Entry {
+  CommState* st = nullptr;
+  std::vector<OpDesc> ops;
+  std::shared_ptr<Job> job;  // uncaptured: tickets taken at issue
+  bool captured = false;
+  uint64_t ticket = 0;  // the proxy's issue order (uncaptured)
+  int slot = cuda::SlotPool::kNone;
+  uint32_t* word = nullptr;
+  CuDevPtr wordDev = 0;
+  std::vector<CuStream> streams;
+  std::vector<Copy> ins, outs;
+  cuda::Fanin posts, releases;
+  bool failed = false;  // enqueue failed after the tickets were taken
+  std::string why;
+  std::atomic<bool> abandoned{false};  // proxy gone: callbacks release the word
+};
+
+struct SlotMem {
+  char* host = nullptr;
+  CuDevPtr dev = 0;
+  size_t bytes = 0;
+};
+
+// Device All-Reduce engine of a communicator: not tried yet, usable, or
+// agreed unusable (staged path from then on).
+enum class EngineState { kUntried, kReady, kFailed };
+
+// Host buffers of an engine-path All-Reduce: a pinned, device-mapped copy
+// that the kernels use in place; host callbacks on the stream copy the
+// user's input in and the result out (capturable, no host wait). One per
+// (stream, send, recv, bytes), kept until teardown (graphs replay it).
+struct HostStage {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t bytes = 0;
+  char* host = nullptr;  // pinned
+  CuDevPtr dev = 0;      // its device mapping
+};
+using StageKey = std::tuple<CuStream, const void*, void*, size_t>;
+
+// Per communicator: the proxy thread, its queue and the pinned slots; the
+// device All-Reduce engine.
+struct CommState {
+  tideComm* comm = nullptr;
+  std::mutex engineMu;  // engine state and pointer; never held while waiting
+  EngineState engineState = EngineState::kUntried;
+  std::unique_ptr<cuda::DeviceAllReduce> engine;
+  std::map<StageKey, std::unique_ptr<HostStage>> stages;  // under engineMu
+  cuda::IssueQueue<Entry*> queue;
+  std::mutex mu;  // pool, mem, live
+  cuda::SlotPool pool;
+  std::vector<SlotMem> mem;
+  std::map<Entry*, std::unique_ptr<Entry>> live;
+  std::thread proxy;
+};
+
+// The state of `comm`, made (with its proxy thread) on first use. Thread-safe.
+CommState* stateOf(tideComm* comm);
+// The state of `comm` if it has one, else null. Thread-safe.
+CommState* findState(tideComm* comm);
+// Open device All-Reduce engines of the process (0: nothing to poll).
+extern std::atomic<int> gEngines;
+
+// A driver call's failure as a Status naming `what`.
+Status driverError(const char* what, int rc);
+
+// After abort or at stop: every entry's streams are released without running
+// its operation (executeJob fails fast on an aborted communicator) and later
+// callbacks release their word themselves.
+void drain(CommState* st);
+
+// The engine part of teardown (core/device_engine.cc): collective close
+// (bounded; after an abort the device-side waits give up first), then the
+// pinned stages of host-buffer calls are freed. No-op without an engine.
+void closeEngine(CommState* st);
+
+}  // namespace tide::devstream
