@@ -117,7 +117,7 @@ Status NetConnection::progress(bool* moved) {
   if (!error_.ok()) return error_;
   Status s = progressSends(moved);
   if (s.ok()) s = progressRecvs(moved);
-  if (!s.ok()) return fail(std::move(s));
+  if (!s.ok()) return fail(s);
   return Status::Ok();
 }
 
