@@ -37,7 +37,7 @@ ip -n "$nsB" link set fb up
 export TIDE_TIMEOUT=5
 export TIDE_SECRET="ft-$id-$RANDOM"
 export TIDE_SOCKET_IFNAME=f
-port=$((21000 + id % 20000))
+port=$((20000 + id % 12000))  # below the ephemeral range (32768+)
 now_ms() { date +%s%3N; }
 run_node() {  # node-rank worker-args...
   local node=$1

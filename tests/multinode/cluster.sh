@@ -74,7 +74,9 @@ case "$cmd" in
       while [ "$1" != "--" ]; do opts+=("$1"); shift; done
       shift
     fi
-    port=$((21000 + RANDOM % 20000))
+    # Below the ephemeral range (32768+): a root port that a rank's outgoing
+    # connection holds in the namespace would fail the bind.
+    port=$((20000 + RANDOM % 12000))
     export TIDE_SECRET=${TIDE_SECRET:-"cluster-$name-$RANDOM$RANDOM"}
     logs=()
     pids=()

@@ -29,7 +29,7 @@ for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
 ip -n "$nsA" link set va up
 ip -n "$nsB" link set vb up
 
-port=$((20000 + id % 20000))
+port=$((20000 + id % 12000))  # below the ephemeral range (32768+)
 export TIDE_SECRET="two-nodes-$id-$RANDOM"
 run_node() {  # node-rank
   ip netns exec "$([ "$1" = 0 ] && echo "$nsA" || echo "$nsB")" unshare --uts sh -c \

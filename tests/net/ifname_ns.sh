@@ -28,7 +28,7 @@ txbytes() { ip -n "$nsA" -s -j link show "$1" | python3 -c \
   'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
 
 run() {  # TIDE_SOCKET_IFNAME value
-  local port=$((30000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768+)
   for node in 0 1; do
     ns=$([ $node = 0 ] && echo "$nsA" || echo "$nsB")
     ip netns exec "$ns" env TIDE_SOCKET_IFNAME="$1" TIDE_NET=socket "$tiderun" --timeout 120 \

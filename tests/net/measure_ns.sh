@@ -23,7 +23,7 @@ export TIDE_SECRET="nc-measure-$$"
 tiderun=$build/tools/tiderun/tiderun
 
 two_nodes() {  # tool args... : one rank per namespace
-  local port=$((30000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768+)
   for node in 0 1; do
     ns=$([ $node = 0 ] && echo "$nsA" || echo "$nsB")
     ip netns exec "$ns" unshare --uts sh -c "hostname nc$node; exec \"\$0\" \"\$@\"" \
