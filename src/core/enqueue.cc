@@ -203,18 +203,7 @@ Status submitLocal(std::vector<OpDesc>& ops) {
   job.claimed.store(true, std::memory_order_relaxed);
   job.done = false;
   job.result = Status::Ok();
-  {
-    std::lock_guard<std::mutex> lock(gIssueMu);
-    for (OpDesc& op : job.ops) {
-      bool seen = false;
-      for (auto& t : job.tickets) seen |= (t.first == op.comm);
-      if (!seen) {
-        std::lock_guard<std::mutex> cl(op.comm->execMu);
-        job.tickets.emplace_back(op.comm, op.comm->nextTicket++);
-        op.comm->users.fetch_add(1);
-      }
-    }
-  }
+  takeTickets(job, {});
   tLocalBusy = true;
   executeJob(job);
   tLocalBusy = false;
@@ -230,7 +219,7 @@ Status submit(std::vector<OpDesc>& ops) {
   size_t cudaOps = 0;
   for (const OpDesc& op : ops) {
     anyStream |= op.stream != nullptr;
-    cudaOps += (op.stream != nullptr && !isHostStream(op.stream)) ? 1 : 0;
+    cudaOps += op.cudaStream ? 1 : 0;
   }
   if (cudaOps > 0) {
     if (cudaOps != ops.size()) {
@@ -244,24 +233,18 @@ Status submit(std::vector<OpDesc>& ops) {
   job->ops = std::move(ops);
   std::vector<tideStream*> streams;
   bool anyNull = false;
-  {
-    std::lock_guard<std::mutex> lock(gIssueMu);
-    for (OpDesc& op : job->ops) {
-      bool seen = false;
-      for (auto& t : job->tickets) seen |= (t.first == op.comm);
-      if (!seen) {
-        std::lock_guard<std::mutex> cl(op.comm->execMu);
-        job->tickets.emplace_back(op.comm, op.comm->nextTicket++);
-        op.comm->users.fetch_add(1);
-      }
-      if (op.stream == nullptr) {
-        anyNull = true;
-      } else if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
-        streams.push_back(op.stream);
-      }
+  for (const OpDesc& op : job->ops) {
+    if (op.stream == nullptr) {
+      anyNull = true;
+    } else if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
+      streams.push_back(op.stream);
     }
-    for (tideStream* s : streams) streamEnqueue(s, job);
   }
+  // The streams get the job under the issue lock, so their order agrees
+  // with the tickets.
+  takeTickets(*job, [&] {
+    for (tideStream* s : streams) streamEnqueue(s, job);
+  });
   if (!anyNull) return Status::Ok();
   if (job->claim()) {
     executeJob(*job);
@@ -455,6 +438,7 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
   OpDesc d;
   d.comm = comm;
   d.stream = stream;
+  d.cudaStream = kind == StreamKind::kCuda;
   CollArgs& a = d.args;
   a.type = type;
   a.sendbuff = sendbuff;
@@ -572,8 +556,8 @@ Status groupEnd() {
     return makeStatus(first.code(), "group not launched: an operation in it failed: %s",
                       first.message().c_str());
   }
-  if (ops.size() == 1 && ops[0].args.type == CollType::AllReduce && ops[0].stream != nullptr &&
-      !isHostStream(ops[0].stream) && deviceEngineEligible(ops[0].comm)) {
+  if (ops.size() == 1 && ops[0].args.type == CollType::AllReduce && ops[0].cudaStream &&
+      deviceEngineEligible(ops[0].comm)) {
     // A group of one All-Reduce (NCCL programs, nccl-tests among them, group
     // every call) takes the device engine like an ungrouped call; its
     // sequence number and tag were taken at issue, as on the other paths.

@@ -17,6 +17,7 @@ namespace tide {
 struct OpDesc {
   tideComm* comm = nullptr;
   tideStream* stream = nullptr;
+  bool cudaStream = false;  // `stream` is a CUDA stream (decided once, in issueOp)
   CollArgs args;
   double preScale = 0;                  // Avg on floats: multiply inputs by this first
   uint64_t postDiv = 0;                 // Avg on integers: divide results by this after
