@@ -1,7 +1,8 @@
 /*
  * C API test, compiled as C11 against tide/tide.h alone.
  *
- * The parent creates a unique id, then forks 4 children; each joins with
+ * The parent forks 4 children, then creates a unique id and hands it to them
+ * (tests/harness/fork_ranks.h: no fork while the root thread runs); each joins with
  * tideCommInitRank and
  *  - runs every collective on host memory with a NULL stream and checks the
  *    results (plus count 0 with NULL buffers everywhere);
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fork_ranks.h"
 #include "tide/tide.h"
 
 enum { kRanks = 4, kCount = 1000, kParentTimeoutS = 180, kChildTimeoutS = 170 };
@@ -290,33 +292,22 @@ static void OnAlarm(int sig) {
   _exit(2);
 }
 
-int main(void) {
-  tideUniqueId id;
-  tideResult_t rc;
-  int i, failed = 0;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  rc = tideGetUniqueId(&id);
+static int MakeId(void* id) {
+  const tideResult_t rc = tideGetUniqueId((tideUniqueId*)id);
   if (rc != tideSuccess) {
     printf("tideGetUniqueId failed: %s: %s\n", tideGetErrorString(rc), tideGetLastError(NULL));
-    return 1;
   }
-  fflush(stdout);
-  for (i = 0; i < kRanks; ++i) {
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("fork");
-      OnAlarm(0);
-    }
-    if (pid == 0) {
-      /* A child inherits the heap of the parent's bootstrap root thread but
-       * not the thread: exit()'s LeakSanitizer check (ASan builds) would
-       * report that memory as leaked. Flush and leave without it. */
-      int code = RunRank(i, id);
-      fflush(stdout);
-      _exit(code);
-    }
-    g_pids[i] = pid;
-  }
+  return rc == tideSuccess ? 0 : 1;
+}
+
+static int RunChild(int rank, void* id) { return RunRank(rank, *(tideUniqueId*)id); }
+
+int main(void) {
+  tideUniqueId id;
+  int i, failed = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  /* Children first, then the id (fork_ranks.h says why). */
+  if (ForkRanksShareId(kRanks, g_pids, &id, sizeof(id), MakeId, RunChild, 60) != 0) return 1;
   signal(SIGALRM, OnAlarm);
   alarm(kParentTimeoutS);
   for (i = 0; i < kRanks; ++i) {

@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fork_ranks.h"
+
 enum { kRanks = 3, kCount = 1024, kTimeoutS = 150 };
 
 static int g_rank = -1;
@@ -256,21 +258,15 @@ static int child(int rank, ncclUniqueId id) {
   return g_failures ? 1 : 0;
 }
 
+static int makeId(void* id) { return ncclGetUniqueId((ncclUniqueId*)id) == ncclSuccess ? 0 : 1; }
+static int runChild(int rank, void* id) { return child(rank, *(ncclUniqueId*)id); }
+
 int main(void) {
   setenv("TIDE_SHIM_HOST_BUFFERS", "1", 1);
   setenv("TIDE_TIMEOUT", "3", 1);
   ncclUniqueId id;
-  MUST(ncclGetUniqueId(&id));
-  fflush(stdout);
   pid_t pids[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      const int rc = child(r, id);
-      fflush(stdout);
-      _exit(rc);
-    }
-  }
+  if (ForkRanksShareId(kRanks, pids, &id, sizeof(id), makeId, runChild, 60) != 0) return 1;
   alarm(kTimeoutS);
   int failed = 0;
   for (int r = 0; r < kRanks; ++r) {
