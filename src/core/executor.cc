@@ -60,9 +60,15 @@ struct ScratchPool {
 };
 thread_local ScratchPool tPool;
 
+// Largest block: power-of-two capacities up to 2^62 (+ header) fit in a
+// size_t without the doubling below overflowing; nothing larger can exist.
+constexpr size_t kMaxScratch = size_t{1} << 62;
+
 size_t& blockCap(void* header) { return *static_cast<size_t*>(header); }
 
+// Null when `bytes` exceeds kMaxScratch or memory is short.
 void* takeScratch(size_t bytes) {
+  if (bytes > kMaxScratch) return nullptr;
   ScratchPool& pool = tPool;
   size_t best = pool.blocks.size();
   for (size_t i = 0; i < pool.blocks.size(); ++i) {
@@ -184,6 +190,10 @@ void ExecCtx::copy(void* dst, const void* src, size_t bytes) const {
 }
 
 void* ExecCtx::scratch(size_t bytes) {
+  if (bytes > kMaxScratch) {  // also keeps the rounding below from wrapping to 0
+    setError(invalidArgument("scratch of %zu bytes requested (more than any allocation)", bytes));
+    return nullptr;
+  }
   size_t rounded = (bytes + 63) & ~size_t{63};
   void* p = takeScratch(rounded == 0 ? 64 : rounded);
   if (p == nullptr) {

@@ -5,7 +5,10 @@
 // One TCP socket per comm; no helper threads: test() moves the data. Each
 // message is a 16-byte header {size, tag} followed by its bytes. The device
 // address is 127.0.0.1 unless TIDE_EXAMPLE_NET_ADDR names another IPv4
-// address of this host.
+// address of this host. TIDE_EXAMPLE_NET_MAXSIZE (tests of the caller's
+// chunking) sets the advertised maxSize, which isend/irecv then enforce: a
+// byte count with an optional K/M/G suffix, or a comma-separated list whose
+// i-th entry applies to TIDE_RANK i (the last entry to higher ranks).
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -77,6 +80,27 @@ uint32_t deviceAddr() {
   return in.s_addr;
 }
 
+// Advertised and enforced largest message (TIDE_EXAMPLE_NET_MAXSIZE; 1 TiB).
+size_t maxSize() {
+  const char* v = getenv("TIDE_EXAMPLE_NET_MAXSIZE");
+  if (v == nullptr || *v == 0) return size_t{1} << 40;
+  const char* r = getenv("TIDE_RANK");
+  long rank = r != nullptr ? strtol(r, nullptr, 10) : 0;
+  for (long i = 0; i < rank && strchr(v, ',') != nullptr; ++i) v = strchr(v, ',') + 1;
+  char* end = nullptr;
+  size_t n = strtoull(v, &end, 10);
+  switch (*end) {
+    case 'K':
+      return n << 10;
+    case 'M':
+      return n << 20;
+    case 'G':
+      return n << 30;
+    default:
+      return n;
+  }
+}
+
 tideResult_t exInit(tideNetLogger_t logger) {
   gLog = logger;
   return tideSuccess;
@@ -94,7 +118,7 @@ tideResult_t exGetProperties(int dev, tideNetProperties_v1_t* p) {
   p->ptrSupport = TIDE_NET_PTR_HOST;
   p->maxComms = 1024;
   p->maxRecvs = 1;
-  p->maxSize = size_t{1} << 40;
+  p->maxSize = maxSize();
   return tideSuccess;
 }
 
@@ -197,6 +221,10 @@ tideResult_t post(Comm* c, Request* r, void** request) {
 tideResult_t exIsend(void* sendComm, const void* data, size_t size, int tag, void*,
                      void** request) {
   auto* c = static_cast<Comm*>(sendComm);
+  if (size > maxSize()) {
+    EX_LOG(TIDE_NET_LOG_WARN, "example net: isend of %zu bytes (maxSize %zu)", size, maxSize());
+    return tideInvalidArgument;
+  }
   auto* r = new Request{c,    true, static_cast<uint8_t*>(const_cast<void*>(data)),
                         size, tag,  Header{size, tag}};
   return post(c, r, request);
@@ -205,6 +233,10 @@ tideResult_t exIsend(void* sendComm, const void* data, size_t size, int tag, voi
 tideResult_t exIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
                      void**, void** request) {
   if (n != 1) return tideInvalidArgument;
+  if (sizes[0] > maxSize()) {
+    EX_LOG(TIDE_NET_LOG_WARN, "example net: irecv of %zu bytes (maxSize %zu)", sizes[0], maxSize());
+    return tideInvalidArgument;
+  }
   auto* c = static_cast<Comm*>(recvComm);
   auto* r = new Request{c, false, static_cast<uint8_t*>(data[0]), sizes[0], tags[0], Header{}};
   return post(c, r, request);

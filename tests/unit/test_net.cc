@@ -159,6 +159,28 @@ TEST(NetConnection, MismatchedSizesAreAnError) {
   EXPECT_FALSE(p.b->progress(&moved).ok());
 }
 
+// Both ends derive the same chunk from the two ends' knob and net maxSize;
+// it never exceeds either maxSize (0: no limit) and stays a 4 KiB multiple.
+TEST(NetConnection, AgreedChunkFitsBothNets) {
+  constexpr size_t M = 1 << 20;
+  EXPECT_EQ(NetConnection::agreedChunk(M, 0, M, 0), M);
+  EXPECT_EQ(NetConnection::agreedChunk(4 * M, M, 4 * M, 2 * M), M);
+  EXPECT_EQ(NetConnection::agreedChunk(4 * M, 2 * M, 4 * M, M), M);
+  EXPECT_EQ(NetConnection::agreedChunk(4 * M, 0, 2 * M, 0), 2 * M);  // knobs differ
+  EXPECT_EQ(NetConnection::agreedChunk(M, 3 * M, M, 1 << 30), M);
+  EXPECT_EQ(NetConnection::agreedChunk(M, 10000, M, 0), 8192u);  // rounded down
+  EXPECT_EQ(NetConnection::agreedChunk(100, 0, M, 0), NetConnection::kMinChunk);
+  for (size_t a : {size_t{0}, size_t{4096}, size_t{5000}, M, size_t{3} * M}) {
+    for (size_t b : {size_t{0}, size_t{8192}, M + 1, size_t{64} * M}) {
+      size_t c = NetConnection::agreedChunk(2 * M, a, M / 2, b);
+      EXPECT_EQ(c, NetConnection::agreedChunk(M / 2, b, 2 * M, a));
+      EXPECT_EQ(c % NetConnection::kMinChunk, 0u);
+      EXPECT_TRUE(a == 0 || c <= a) << a;
+      EXPECT_TRUE(b == 0 || c <= b) << b;
+    }
+  }
+}
+
 TEST(NetConnection, ChunkTagsDiffer) {
   EXPECT_NE(NetConnection::chunkTag(0, 1), NetConnection::chunkTag(1, 0));
   EXPECT_GE(NetConnection::chunkTag(0x7fff, 0xffff), 0);

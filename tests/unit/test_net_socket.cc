@@ -1,24 +1,99 @@
 // Socket net pieces: TIDE_SOCKET_IFNAME syntax, device discovery, stripe
 // arithmetic, and real IPv4 / IPv6 transfers with the liveness options set.
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
 #include "transports/socket/socket_internal.h"
 #include "transports/socket/socket_net.h"
+
+// ---- Tools of ZeroByteReceiveNotTouchedAfterDone (in this process only) ----
+namespace fence {
+// While `on`, operator new gives every block pages of its own and delete makes
+// them inaccessible for good, so a late access to a freed block faults.
+std::atomic<bool> on{false};
+// While set, a mutex unlock by a thread other than the process's main thread
+// sleeps this many microseconds afterwards (widens a race window).
+std::atomic<int> unlockDelayUs{0};
+constexpr size_t kMax = 4096;
+struct Block {
+  void* p;
+  size_t len;
+};
+Block blocks[kMax];
+size_t nblocks = 0;
+pthread_spinlock_t lock;
+[[maybe_unused]] int lockInit = pthread_spin_init(&lock, PTHREAD_PROCESS_PRIVATE);
+
+void* allocate(size_t n) {
+  if (on.load(std::memory_order_relaxed)) {
+    size_t len = (n + 4095) / 4096 * 4096 + 4096;
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pthread_spin_lock(&lock);
+    bool fits = p != MAP_FAILED && nblocks < kMax;
+    if (fits) blocks[nblocks++] = Block{p, len};
+    pthread_spin_unlock(&lock);
+    if (fits) return p;
+    if (p != MAP_FAILED) munmap(p, len);
+  }
+  void* p = malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void release(void* p) {
+  if (p == nullptr) return;
+  pthread_spin_lock(&lock);
+  for (size_t i = 0; i < nblocks; ++i) {
+    if (blocks[i].p == p) {
+      mprotect(p, blocks[i].len, PROT_NONE);
+      pthread_spin_unlock(&lock);
+      return;
+    }
+  }
+  pthread_spin_unlock(&lock);
+  free(p);
+}
+}  // namespace fence
+
+// AddressSanitizer has its own operator new (and reports a late access to a
+// freed block by itself); replacing it there mixes allocators.
+#if !defined(__SANITIZE_ADDRESS__)
+void* operator new(size_t n) { return fence::allocate(n); }
+void* operator new[](size_t n) { return fence::allocate(n); }
+void operator delete(void* p) noexcept { fence::release(p); }
+void operator delete[](void* p) noexcept { fence::release(p); }
+void operator delete(void* p, size_t) noexcept { fence::release(p); }
+void operator delete[](void* p, size_t) noexcept { fence::release(p); }
+#endif
+
+extern "C" int pthread_mutex_unlock(pthread_mutex_t* m) {
+  using Fn = int (*)(pthread_mutex_t*);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_mutex_unlock"));
+  int r = real(m);
+  int us = fence::unlockDelayUs.load(std::memory_order_relaxed);
+  if (us > 0 && gettid() != getpid()) usleep(static_cast<useconds_t>(us));
+  return r;
+}
 
 namespace tide {
 namespace {
@@ -84,6 +159,32 @@ TEST(SocketStripes, NoStripeOver32Bits) {
   }
 }
 
+// The stripe header's wire form is little-endian at fixed offsets on every
+// host (socket_net.h), and decoding inverts encoding.
+TEST(SocketStripes, HeaderWireFormat) {
+  SocketStripeHeader h{0x534f4344,  0x01020304, 0x1122334455667788ull, 0x0a0b0c0d0e0f1011ull,
+                       0xa1b2c3d4u, -2};
+  uint8_t w[kStripeHeaderBytes];
+  encodeStripeHeader(h, w);
+  const uint8_t want[kStripeHeaderBytes] = {0x44, 0x43, 0x4f, 0x53, 0x04, 0x03, 0x02, 0x01,
+                                            0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
+                                            0x11, 0x10, 0x0f, 0x0e, 0x0d, 0x0c, 0x0b, 0x0a,
+                                            0xd4, 0xc3, 0xb2, 0xa1, 0xfe, 0xff, 0xff, 0xff};
+  EXPECT_EQ(std::memcmp(w, want, sizeof(w)), 0);
+  SocketStripeHeader d = decodeStripeHeader(w);
+  EXPECT_EQ(d.magic, h.magic);
+  EXPECT_EQ(d.seq, h.seq);
+  EXPECT_EQ(d.total, h.total);
+  EXPECT_EQ(d.offset, h.offset);
+  EXPECT_EQ(d.len, h.len);
+  EXPECT_EQ(d.tag, h.tag);
+  for (int32_t tag : {0, 1, INT32_MAX, INT32_MIN}) {
+    SocketStripeHeader t{1, 2, 3, 4, 5, tag};
+    encodeStripeHeader(t, w);
+    EXPECT_EQ(decodeStripeHeader(w).tag, tag);
+  }
+}
+
 // Runs `body` in a child (the net reads its knobs once); returns its exit code.
 template <typename F>
 int inChild(F body) {
@@ -135,6 +236,13 @@ bool writeAll(int fd, const void* p, size_t n) {
     n -= static_cast<size_t>(r);
   }
   return true;
+}
+
+// Writes the wire form of `h` to non-blocking `fd`.
+bool writeHeader(int fd, const SocketStripeHeader& h) {
+  uint8_t w[kStripeHeaderBytes];
+  encodeStripeHeader(h, w);
+  return writeAll(fd, w, sizeof(w));
 }
 
 // Connects a socket-net comm pair over IPv4 loopback with `threads` helper
@@ -196,7 +304,7 @@ TEST(SocketNet, WrappingStripeOffsetIsRejected) {
     if (n.irecv(r, 1, &dst, &cap, &tag, nullptr, &rr) != tideSuccess || rr == nullptr) return 7;
     SocketStripeHeader h{kStripeMagic, 0, 16, ~uint64_t{0} - 7, 16, 5};  // offset "-8"
     std::vector<uint8_t> pay(16, 0x11);
-    if (!writeAll(out[0], &h, sizeof(h)) || !writeAll(out[0], pay.data(), pay.size())) return 8;
+    if (!writeHeader(out[0], h) || !writeAll(out[0], pay.data(), pay.size())) return 8;
     int done = 0;
     tideResult_t res = tideSuccess;
     for (int i = 0; i < 20000 && res == tideSuccess && !done; ++i) {
@@ -236,13 +344,13 @@ TEST(SocketNet, NoWriteIntoReceiveAfterItFailed) {
     if (n.irecv(r, 1, &d1, &c1, &t1, nullptr, &r1) != tideSuccess || r1 == nullptr) return 8;
     // Socket 1: the second stripe of message 0, half of it for now.
     SocketStripeHeader h1{kStripeMagic, 0, 2 * kS, kS, kS, 1};
-    if (!writeAll(out[1], &h1, sizeof(h1)) || !writeAll(out[1], pay.data(), kS / 2)) return 9;
+    if (!writeHeader(out[1], h1) || !writeAll(out[1], pay.data(), kS / 2)) return 9;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     // Socket 0: the first stripe, then message 1 with a tag the receive does not expect.
     SocketStripeHeader h0{kStripeMagic, 0, 2 * kS, 0, kS, 1};
     SocketStripeHeader bad{kStripeMagic, 1, 16, 0, 16, 99};
-    if (!writeAll(out[0], &h0, sizeof(h0)) || !writeAll(out[0], pay.data(), kS) ||
-        !writeAll(out[0], &bad, sizeof(bad)) || !writeAll(out[0], pay.data(), 16))
+    if (!writeHeader(out[0], h0) || !writeAll(out[0], pay.data(), kS) ||
+        !writeHeader(out[0], bad) || !writeAll(out[0], pay.data(), 16))
       return 10;
     int done = 0;
     tideResult_t res = tideSuccess;
@@ -259,6 +367,78 @@ TEST(SocketNet, NoWriteIntoReceiveAfterItFailed) {
     for (uint8_t v : buf)
       if (v != 0xee) return 13;
     n.test(r1, &done, nullptr);
+    n.closeSend(s);
+    n.closeRecv(r);
+    n.closeListen(lc);
+    return 0;
+  });
+  if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
+  EXPECT_EQ(rc, 0);
+}
+
+// Zero-byte messages with a helper thread: test() may report the receive done
+// (and free it) as soon as it looks complete, so the helper must not touch the
+// request after making it look so. Here every unlock by the helper sleeps
+// 20 ms (matching a stripe header ends with one) and freed blocks fault when
+// touched: a helper that publishes the total before its last access faults.
+TEST(SocketNet, ZeroByteReceiveNotTouchedAfterDone) {
+  int rc = inChild([] {
+    void *lc, *s, *r;
+    std::vector<int> out;
+    if (int e = rawPair("1", "1", 1, &lc, &s, &r, &out)) return e;
+    const tideNet_v1_t& n = kSocketNet;
+    fence::on = true;
+    fence::unlockDelayUs = 20000;
+    for (uint32_t k = 0; k < 5; ++k) {
+      void* dst = nullptr;
+      size_t cap = 0;
+      int tag = 4;
+      void* rr = nullptr;
+      if (n.irecv(r, 1, &dst, &cap, &tag, nullptr, &rr) != tideSuccess || rr == nullptr) return 7;
+      if (!writeHeader(out[0], SocketStripeHeader{kStripeMagic, k, 0, 0, 0, 4})) return 8;
+      int done = 0;
+      size_t got = 1;
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!done && std::chrono::steady_clock::now() < until) {
+        if (n.test(rr, &done, &got) != tideSuccess) return 9;
+      }
+      if (!done || got != 0) return 10;
+    }
+    usleep(100000);  // the helper's last unlock delay ends
+    fence::unlockDelayUs = 0;
+    fence::on = false;
+    n.closeSend(s);
+    n.closeRecv(r);
+    n.closeListen(lc);
+    return 0;
+  });
+  if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
+  EXPECT_EQ(rc, 0) << "100 + n: killed by signal n (11: the net touched a freed request)";
+}
+
+// The same without the delay, many times: sizes and completion.
+TEST(SocketNet, ZeroByteReceivesWithHelperThread) {
+  int rc = inChild([] {
+    void *lc, *s, *r;
+    std::vector<int> out;
+    if (int e = rawPair("1", "1", 1, &lc, &s, &r, &out)) return e;
+    const tideNet_v1_t& n = kSocketNet;
+    for (uint32_t k = 0; k < 2000; ++k) {
+      void* dst = nullptr;
+      size_t cap = 0;
+      int tag = 4;
+      void* rr = nullptr;
+      if (n.irecv(r, 1, &dst, &cap, &tag, nullptr, &rr) != tideSuccess || rr == nullptr) return 7;
+      SocketStripeHeader h{kStripeMagic, k, 0, 0, 0, 4};
+      if (!writeHeader(out[0], h)) return 8;
+      int done = 0;
+      size_t got = 1;
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!done && std::chrono::steady_clock::now() < until) {
+        if (n.test(rr, &done, &got) != tideSuccess) return 9;
+      }
+      if (!done || got != 0) return 10;
+    }
     n.closeSend(s);
     n.closeRecv(r);
     n.closeListen(lc);

@@ -17,7 +17,7 @@ NetConnection::NetConnection(const tideNet_v1_t* net, void* sendComm, void* recv
       recvComm_(recvComm),
       peer_(peer),
       channel_(channel),
-      chunk_(std::max<size_t>(chunk / 4096 * 4096, 4096)),
+      chunk_(std::max(chunk / kMinChunk * kMinChunk, kMinChunk)),
       inflight_(static_cast<size_t>(std::max(inflight, 1))),
       opTag_(opTag) {
   if (net_->getPollFd != nullptr) {

@@ -2,7 +2,8 @@
 // (include/tide/net.h): sendComm to the peer, recvComm from it.
 //
 // Each posted transfer of n > 0 bytes is cut into chunks of `chunk` bytes
-// (both sides cut identically: the knob is job-wide and sizes agree), each
+// (both sides cut identically: the setup agrees `chunk`, see agreedChunk(),
+// and sizes agree), each
 // chunk one net message whose tag is (message seq << 16 | chunk index) mixed
 // with the operation tag the core had set when the transfer was posted
 // (SetupContext::opTag; 0 on the point-to-point channel), so a mismatched
@@ -46,6 +47,19 @@ class NetConnection final : public Connection {
   int pollFd() const override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
 
+  // Chunks are multiples of kMinChunk and at least kMinChunk bytes.
+  static constexpr size_t kMinChunk = 4096;
+  // The chunk both ends of a connection use, from each end's TIDE_NET_CHUNKSIZE
+  // and net maxSize (0: no limit): the smallest of them, rounded down to a
+  // multiple of kMinChunk, at least kMinChunk (a maxSize below that must be
+  // refused by the caller). Symmetric in its two ends.
+  static size_t agreedChunk(size_t chunkA, size_t maxA, size_t chunkB, size_t maxB) {
+    size_t c = chunkA < chunkB ? chunkA : chunkB;
+    if (maxA != 0 && maxA < c) c = maxA;
+    if (maxB != 0 && maxB < c) c = maxB;
+    c = c / kMinChunk * kMinChunk;
+    return c < kMinChunk ? kMinChunk : c;
+  }
   // Tag of chunk `idx` of message `seq` (exposed for tests).
   static int chunkTag(uint32_t seq, size_t idx) {
     return static_cast<int>(((seq & 0x7fffu) << 16) | (idx & 0xffffu));

@@ -4,7 +4,11 @@
 //
 // Setup (connect(), collective over all ranks):
 //   1. Every rank with peers listens on device 0 of the net.
-//   2. allGather of one Record per rank: net name, status, listen handle.
+//   2. allGather of one Record per rank: net name, status, listen handle,
+//      TIDE_NET_CHUNKSIZE and the net's maxSize. Each connection cuts chunks
+//      of NetConnection::agreedChunk() of both ends' values, so both ends cut
+//      alike and no chunk exceeds either net's maxSize, even when the ranks'
+//      knobs or nets' limits differ.
 //   3. For every peer and channel the rank connects a sendComm to the peer's
 //      handle and accepts the peer's sendComm as its recvComm, all
 //      non-blocking and interleaved (no ordering, so no deadlock).
@@ -44,7 +48,9 @@ constexpr size_t kMaxAnon = 256;  // accepted comms not yet identified
 
 struct Record {
   uint32_t magic;
-  int32_t status;  // tideResult_t of this rank's net setup
+  int32_t status;    // tideResult_t of this rank's net setup
+  uint64_t chunk;    // TIDE_NET_CHUNKSIZE
+  uint64_t maxSize;  // the net's (device 0) maxSize; 0: no limit stated
   char net[24];
   uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
 };
@@ -134,10 +140,12 @@ class NetSetup {
         sched_yield();
       }
     }
-    size_t chunk = knobSize(Knob::NetChunkSize);
+    const Record& me = all[ctx_.rank()];
     int inflight = static_cast<int>(std::clamp<int64_t>(knobInt(Knob::NetInflight), 1, 256));
     out->clear();
     for (Link& l : links_) {
+      const Record& peer = all[l.peer];
+      size_t chunk = NetConnection::agreedChunk(me.chunk, me.maxSize, peer.chunk, peer.maxSize);
       out->push_back(std::make_unique<NetConnection>(net_, l.send, l.recv, l.peer, l.channel, chunk,
                                                      inflight, ctx_.opTag(l.channel)));
       l.send = l.recv = nullptr;
@@ -320,7 +328,15 @@ class NetTransport final : public Transport {
       st = selectNet("", &net);
       if (st.ok()) {
         std::snprintf(mine.net, sizeof(mine.net), "%s", net->name);
-        st = netStatus(net->listen(0, mine.handle, &listenComm), net->name, "listen");
+        mine.chunk = knobSize(Knob::NetChunkSize);
+        tideNetProperties_v1_t props{};
+        st = netStatus(net->getProperties(0, &props), net->name, "getProperties");
+        mine.maxSize = props.maxSize;
+        if (st.ok() && props.maxSize != 0 && props.maxSize < NetConnection::kMinChunk) {
+          st = invalidUsage("net: %s's largest message (maxSize %zu) is below %zu bytes", net->name,
+                            props.maxSize, NetConnection::kMinChunk);
+        }
+        if (st.ok()) st = netStatus(net->listen(0, mine.handle, &listenComm), net->name, "listen");
       }
       mine.status = st.code();
     }

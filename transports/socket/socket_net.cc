@@ -75,7 +75,7 @@ inline ssize_t recvData(int fd, void* buf, size_t n, int flags) {
 
 constexpr uint32_t kStripeMagic = 0x534f4344;
 constexpr size_t kMaxRequests = 1024;  // per comm; more: "retry later"
-constexpr size_t kHdr = sizeof(SocketStripeHeader);
+constexpr size_t kHdr = kStripeHeaderBytes;
 
 tideResult_t fail(tideResult_t code, const char* fmt, ...) {
   char buf[512];
@@ -161,7 +161,8 @@ struct DataSock {
   bool active = false;       // send: cur is being written
   Stripe cur{};
   SocketStripeHeader hdr{};
-  size_t done = 0;  // send: header + payload bytes written; recv: payload bytes read
+  uint8_t wire[kHdr] = {};  // hdr as it travels (encodeStripeHeader)
+  size_t done = 0;          // send: header + payload bytes written; recv: payload bytes read
   size_t hdrGot = 0;
   Request* rreq = nullptr;
   bool stalled = false;  // recv: header read, its receive not posted yet
@@ -210,10 +211,11 @@ bool stepSend(Comm& c, DataSock& s, bool* moved) {
       s.done = 0;
       const Request& r = *s.cur.req;
       s.hdr = SocketStripeHeader{kStripeMagic, r.seq, r.size, s.cur.offset, s.cur.len, r.tag};
+      encodeStripeHeader(s.hdr, s.wire);
     }
     iovec iov[2];
     int n = 0;
-    if (s.done < kHdr) iov[n++] = {reinterpret_cast<uint8_t*>(&s.hdr) + s.done, kHdr - s.done};
+    if (s.done < kHdr) iov[n++] = {s.wire + s.done, kHdr - s.done};
     size_t pay = s.done > kHdr ? s.done - kHdr : 0;
     if (s.cur.len > pay) iov[n++] = {s.cur.req->buf + s.cur.offset + pay, s.cur.len - pay};
     msghdr m{};
@@ -298,7 +300,9 @@ bool matchStripe(Comm& c, DataSock& s) {
     notify(c.doneFd);
     return false;
   }
-  r->total.store(h.total, std::memory_order_release);
+  // A 0-byte message would look complete (received == total == 0) the moment
+  // its total is known: stepRecv publishes that total as its last access.
+  if (h.total > 0) r->total.store(h.total, std::memory_order_release);
   s.stalled = false;
   s.rreq = r;
   s.done = 0;
@@ -310,12 +314,12 @@ bool stepRecv(Comm& c, DataSock& s, bool* moved) {
     if (s.hdrGot < kHdr) {
       size_t got = 0;
       if (s.eof) return true;
-      if (!readSome(c, s, reinterpret_cast<uint8_t*>(&s.hdr) + s.hdrGot, kHdr - s.hdrGot, &got))
-        return false;
+      if (!readSome(c, s, s.wire + s.hdrGot, kHdr - s.hdrGot, &got)) return false;
       if (got == 0) return true;
       *moved = true;
       s.hdrGot += got;
       if (s.hdrGot < kHdr) continue;
+      s.hdr = decodeStripeHeader(s.wire);
       if (s.hdr.magic != kStripeMagic) {
         c.setError(tideRemoteError, "corrupt data from the peer (bad stripe magic)");
         return false;
@@ -336,7 +340,12 @@ bool stepRecv(Comm& c, DataSock& s, bool* moved) {
     }
     s.rreq = nullptr;
     s.hdrGot = 0;
-    r->received.fetch_add(s.hdr.len, std::memory_order_release);  // r may be freed now
+    // The last access to r: test() may free it once it looks complete.
+    if (s.hdr.total == 0) {
+      r->total.store(0, std::memory_order_release);
+    } else {
+      r->received.fetch_add(s.hdr.len, std::memory_order_release);
+    }
     notify(c.doneFd);
   }
 }

@@ -3,10 +3,11 @@
 // A comm is TIDE_SOCKET_NTHREADS x TIDE_NSOCKS_PERTHREAD data sockets (with
 // 0 threads: TIDE_NSOCKS_PERTHREAD sockets driven by the caller's test()).
 // A message is cut into stripes of >= 64 KiB, spread round-robin over the
-// sockets; each stripe travels as a SocketStripeHeader plus its bytes, so
-// every socket can be read independently and the receiver checks sequence,
-// size and tag of every message. Helper threads sleep in poll() and report
-// completions through an eventfd (getPollFd).
+// sockets; each stripe travels as a SocketStripeHeader (little-endian wire
+// form, below) plus its bytes, so every socket can be read independently and
+// the receiver checks sequence, size and tag of every message. Helper
+// threads sleep in poll() and report completions through an eventfd
+// (getPollFd).
 //
 // Liveness: SO_KEEPALIVE and TCP_USER_TIMEOUT derived from TIDE_TIMEOUT, so a
 // silent or partitioned peer with unacknowledged data fails the comm
@@ -43,6 +44,10 @@ struct SocketDevice {
 // link-local addresses). Order of getifaddrs().
 std::vector<SocketDevice> findSocketDevices(const std::string& filter, int family);
 
+// A stripe header in memory. On the wire it is kStripeHeaderBytes bytes, every
+// field little-endian at a fixed offset, whatever the host's byte order:
+//   0 magic (u32)  4 seq (u32)  8 total (u64)  16 offset (u64)  24 len (u32)
+//   28 tag (i32, two's complement)
 struct SocketStripeHeader {
   uint32_t magic;
   uint32_t seq;     // message number on this comm, 0, 1, 2, ...
@@ -51,7 +56,10 @@ struct SocketStripeHeader {
   uint32_t len;     // bytes of this stripe that follow
   int32_t tag;
 };
-static_assert(sizeof(SocketStripeHeader) == 32);
+constexpr size_t kStripeHeaderBytes = 32;
+// Writes / reads the wire form (kStripeHeaderBytes bytes, no alignment needed).
+void encodeStripeHeader(const SocketStripeHeader& h, uint8_t* out);
+SocketStripeHeader decodeStripeHeader(const uint8_t* in);
 
 // Stripes of a message of `total` bytes over `nsocks` sockets: count and
 // size (the last one may be shorter). total 0: one empty stripe. No stripe
