@@ -165,8 +165,8 @@ if [ -x "$sst" ]; then
   done
 fi
 
-# ---- 2d. tideAllReduce on CUDA streams through the device All-Reduce engine ------
-step "CUDA stream All-Reduce engine path"
+# ---- 2d. AllReduce/AllGather/ReduceScatter/Broadcast on CUDA streams, device engine
+step "CUDA stream collective engine path"
 gpu_test stream_engine_test stream_engine_test.cc "CUDA stream engine test"
 set_=$gpu_exe
 if [ -x "$set_" ]; then
@@ -179,8 +179,21 @@ if [ -x "$set_" ]; then
     case $rc in
       0) res=ok ;; 77) res=skip ;; 124) res=TIMEOUT ;; *) res=FAILED ;;
     esac
-    row "  AR engine path on streams, $n ranks" "$res" \
+    row "  AR/AG/RS/Bcast engine path, $n ranks" "$res" \
       "$(grep -m1 -E 'SKIP|stream_engine_test:|rank [0-9]+:|ranks logged' <<<"$out" | cut -c1-90), rc $rc"
+  done
+  # All-Reduce kernel forced (TIDE_DEVICE_ALGO): the FIFO ring and two-shot.
+  for algo in ring twoshot; do
+    for n in 2 4; do
+      step "stream_engine_test $n, TIDE_DEVICE_ALGO=$algo"
+      out=$(TIDE_DEVICE_ALGO=$algo timeout 150 "$set_" "$n" "$semax" 2>&1); rc=$?
+      echo "$out" >>"$log"
+      case $rc in
+        0) res=ok ;; 77) res=skip ;; 124) res=TIMEOUT ;; *) res=FAILED ;;
+      esac
+      row "  engine path, AR forced $algo, $n ranks" "$res" \
+        "$(grep -m1 -E 'SKIP|stream_engine_test:|rank [0-9]+:|ranks logged' <<<"$out" | cut -c1-90), rc $rc"
+    done
   done
 fi
 

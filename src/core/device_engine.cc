@@ -1,5 +1,6 @@
-// The device All-Reduce engine (cuda/device_coll.h) as the CUDA-stream path
-// of All-Reduce on a one-node communicator: created on first use in issue
+// The device collective engine (cuda/device_coll.h) as the CUDA-stream path
+// of All-Reduce, and of a lone AllGather / ReduceScatter / Broadcast, on a
+// one-node communicator: created on first use in issue
 // order, agreed unusable by all ranks when creation fails anywhere (the
 // staged path of core/device_stream.cc then serves), closed collectively at
 // teardown. See core/device_stream.h.
@@ -10,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/comm.h"
 #include "core/device_stream.h"
@@ -67,6 +69,23 @@ Status withTicket(tideComm* comm, const std::function<Status()>& fn) {
   return s;
 }
 
+// The engine's All-Reduce facts from the communicator's topology (the same
+// CommTopo on every rank, so the options are equal everywhere): the slowest
+// path between the node's ranks, the most ranks per GPU, and the ring order
+// of rings[0]. TIDE_DEVICE_ALGO is read by the engine itself.
+cuda::DeviceCollOptions engineOptions(const tideComm* comm) {
+  cuda::DeviceCollOptions o;
+  const CommTopo& topo = comm->topo;
+  const auto n = static_cast<size_t>(comm->nranks);
+  if (topo.nranks == comm->nranks && topo.path.size() == n * n) {
+    std::vector<int> ranks(n);
+    for (size_t r = 0; r < n; ++r) ranks[r] = static_cast<int>(r);
+    cuda::deviceTopoFacts(topo, ranks, &o.slowest, &o.ranksPerGpu);
+  }
+  if (!topo.rings.empty()) o.ringOrder = topo.rings[0];  // checked by the engine
+  return o;
+}
+
 // Creates the engine of `st` in issue order. Ok with state kReady or
 // kFailed (agreed by all ranks); an error when the bootstrap itself failed
 // (the communicator is then unusable).
@@ -80,7 +99,8 @@ Status createEngine(CommState* st) {
       return g;
     };
     std::unique_ptr<cuda::DeviceAllReduce> e;
-    Status s = cuda::DeviceAllReduce::create(comm->rank, comm->nranks, {}, gather, &e);
+    Status s =
+        cuda::DeviceAllReduce::create(comm->rank, comm->nranks, engineOptions(comm), gather, &e);
     std::lock_guard<std::mutex> lock(st->engineMu);
     if (gatherFailed) {
       st->engineState = EngineState::kFailed;
@@ -104,35 +124,60 @@ Status createEngine(CommState* st) {
 
 void stageInFn(void* arg) {
   auto* h = static_cast<HostStage*>(arg);
-  memcpy(h->host, h->send, h->bytes);
+  if (h->inBytes > 0) memcpy(h->host, h->send, h->inBytes);
 }
 void stageOutFn(void* arg) {
   auto* h = static_cast<HostStage*>(arg);
-  memcpy(h->recv, h->host, h->bytes);
+  memcpy(h->recv, h->host + h->outOff, h->bytes);
+}
+
+// Input and output bytes of `a` on this rank, and whether the engine runs
+// the output apart from the input in the stage.
+struct StageShape {
+  size_t inBytes;
+  size_t outBytes;
+  bool apart;
+};
+StageShape shapeOf(const CollArgs& a, int rank, int nranks) {
+  const size_t bytes = a.count * a.elemSize;
+  const auto n = static_cast<size_t>(nranks);
+  switch (a.type) {
+    case CollType::AllGather:
+      return {bytes, bytes * n, true};
+    case CollType::ReduceScatter:
+      return {bytes * n, bytes, true};
+    case CollType::Broadcast:
+      return {rank == a.root ? bytes : 0, bytes, false};
+    default:
+      return {bytes, bytes, false};
+  }
 }
 
 // The stage of a host-buffer call (engineMu held). Allocation is allowed
 // during a stream capture (relaxed mode for this thread).
-Status stageFor(CommState* st, CuStream stream, const void* send, void* recv, size_t bytes,
-                HostStage** out) {
-  auto& slot = st->stages[StageKey{stream, send, recv, bytes}];
+Status stageFor(CommState* st, CuStream stream, const CollArgs& a, HostStage** out) {
+  const StageShape sh = shapeOf(a, st->comm->rank, st->comm->nranks);
+  const StageKey key{stream, a.sendbuff, a.recvbuff, sh.outBytes, static_cast<int>(a.type)};
+  auto& slot = st->stages[key];
   if (!slot) {
     const cuda::DriverApi* api = cuda::driver();
     auto h = std::make_unique<HostStage>();
-    h->send = send;
-    h->recv = recv;
-    h->bytes = bytes;
+    h->send = a.sendbuff;
+    h->recv = a.recvbuff;
+    h->bytes = sh.outBytes;
+    h->inBytes = sh.inBytes;
+    h->outOff = sh.apart ? (sh.inBytes + 255) / 256 * 256 : 0;
     int mode = cuda::kCaptureModeRelaxed;
     if (api->cuThreadExchangeStreamCaptureMode) api->cuThreadExchangeStreamCaptureMode(&mode);
     void* host = nullptr;
-    int rc = api->cuMemHostAlloc(&host, bytes,
+    int rc = api->cuMemHostAlloc(&host, std::max(h->outOff + h->bytes, h->inBytes),
                                  cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap);
     if (rc == cuda::kCudaSuccess) rc = api->cuMemHostGetDevicePointer(&h->dev, host, 0);
     if (api->cuThreadExchangeStreamCaptureMode) api->cuThreadExchangeStreamCaptureMode(&mode);
     if (rc != cuda::kCudaSuccess) {
       if (host != nullptr) api->cuMemFreeHost(host);
-      st->stages.erase(StageKey{stream, send, recv, bytes});
-      return driverError("pinned stage for host buffers of the device all-reduce engine", rc);
+      st->stages.erase(key);
+      return driverError("pinned stage for host buffers of the device collective engine", rc);
     }
     h->host = static_cast<char*>(host);
     slot = std::move(h);
@@ -141,30 +186,47 @@ Status stageFor(CommState* st, CuStream stream, const void* send, void* recv, si
   return Status::Ok();
 }
 
-// Host buffers: copy in (host callback), the engine in place on the mapped
-// stage, copy out (host callback). engineMu held.
+// The engine call of `a` on the given buffers. engineMu held.
+Status runOnEngine(CommState* st, const CollArgs& a, const void* send, void* recv, CuStream stream,
+                   bool avg) {
+  cuda::DeviceAllReduce* e = st->engine.get();
+  switch (a.type) {
+    case CollType::AllGather:
+      return e->allGather(send, recv, a.count, a.dtype, stream);
+    case CollType::ReduceScatter:
+      return e->reduceScatter(send, recv, a.count, a.dtype, a.op, stream, avg);
+    case CollType::Broadcast:
+      return e->broadcast(send, recv, a.count, a.dtype, a.root, stream);
+    default:
+      return e->allReduce(send, recv, a.count, a.dtype, a.op, cuda::DeviceAlgo::kAuto, stream, avg);
+  }
+}
+
+// Host buffers: copy in (host callback), the engine on the mapped stage,
+// copy out (host callback). engineMu held.
 Status engineOnHostBuffers(CommState* st, const CollArgs& a, CuStream stream, bool avg) {
   const cuda::DriverApi* api = cuda::driver();
   HostStage* h = nullptr;
-  TIDE_TRY(stageFor(st, stream, a.sendbuff, a.recvbuff, a.count * a.elemSize, &h));
+  TIDE_TRY(stageFor(st, stream, a, &h));
   int rc = api->cuLaunchHostFunc(stream, stageInFn, h);
   if (rc != cuda::kCudaSuccess) return driverError("cuLaunchHostFunc (stage in)", rc);
   void* p = reinterpret_cast<void*>(h->dev);
-  TIDE_TRY(
-      st->engine->allReduce(p, p, a.count, a.dtype, a.op, cuda::DeviceAlgo::kAuto, stream, avg));
+  void* q = reinterpret_cast<void*>(h->dev + h->outOff);
+  TIDE_TRY(runOnEngine(st, a, p, q, stream, avg));
   rc = api->cuLaunchHostFunc(stream, stageOutFn, h);
   if (rc != cuda::kCudaSuccess) return driverError("cuLaunchHostFunc (stage out)", rc);
   return Status::Ok();
 }
 
-}  // namespace
-
-bool deviceEngineEligible(const tideComm* comm) {
-  return comm->topo.singleNode() && comm->nranks >= 1 && comm->nranks <= 8 &&
-         comm->bootstrap != nullptr;
+// Whether this rank's buffers of `a` are device memory (the engine then
+// works on them directly). A Broadcast non-root's send is never read.
+bool onDevice(const CollArgs& a, int rank) {
+  const bool sendRead = a.type != CollType::Broadcast || rank == a.root;
+  return (!sendRead || cuda::isDevicePointer(a.sendbuff)) && cuda::isDevicePointer(a.recvbuff);
 }
 
-Status submitDeviceAllReduce(const OpDesc& op, bool avg, bool* used) {
+// The engine path of any kind (see submitDeviceAllReduce).
+Status submitEngine(const OpDesc& op, bool avg, bool* used) {
   *used = false;
   tideComm* comm = op.comm;
   const CollArgs& a = op.args;
@@ -184,28 +246,55 @@ Status submitDeviceAllReduce(const OpDesc& op, bool avg, bool* used) {
   std::lock_guard<std::mutex> lock(st->engineMu);
   if (st->engineState != EngineState::kReady) return Status::Ok();
   *used = true;
+  if (const unsigned bit = 1u << static_cast<unsigned>(a.type); (st->loggedKinds & bit) == 0) {
+    st->loggedKinds |= bit;
+    TIDE_INFO("device engine: comm %08x rank %d: %s runs on the engine path",
+              static_cast<unsigned>(comm->commHash), comm->rank, collName(a.type));
+  }
   Status s;
   std::string why;
   const auto stream = reinterpret_cast<CuStream>(op.stream);
   if (cuda::ensureContext(&why) < 0) {
     s = makeStatus(tideUnhandledDeviceError, "%s", why.c_str());
-  } else if (a.count > 0 &&
-             (!cuda::isDevicePointer(a.sendbuff) || !cuda::isDevicePointer(a.recvbuff))) {
+  } else if (a.count > 0 && !onDevice(a, comm->rank)) {
     // Not device memory on this rank (the path is chosen alike on every
     // rank): the kernels work on a pinned copy.
     s = engineOnHostBuffers(st, a, stream, avg);
   } else {
-    s = st->engine->allReduce(a.sendbuff, a.recvbuff, a.count, a.dtype, a.op,
-                              cuda::DeviceAlgo::kAuto, stream, avg);
+    s = runOnEngine(st, a, a.sendbuff, a.recvbuff, stream, avg);
   }
   if (!s.ok()) {
     // The other ranks' kernels wait for this rank: stop this rank's
     // device-side part; the error sticks (peers time out, bounded).
     st->engine->abort();
+    comm->setAsyncError(s);
   }
-  if (!s.ok()) comm->setAsyncError(s);
   return s;
 }
+
+}  // namespace
+
+bool deviceEngineEligible(const tideComm* comm) {
+  return comm->topo.singleNode() && comm->nranks >= 1 && comm->nranks <= 8 &&
+         comm->bootstrap != nullptr;
+}
+
+Status submitDeviceAllReduce(const OpDesc& op, bool avg, bool* used) {
+  return submitEngine(op, avg, used);
+}
+
+namespace devstream {
+
+Status submitDeviceColl(const OpDesc& op, bool avg, bool* used) {
+  const CollType t = op.args.type;
+  if (t != CollType::AllGather && t != CollType::ReduceScatter && t != CollType::Broadcast) {
+    *used = false;
+    return Status::Ok();
+  }
+  return submitEngine(op, avg, used);
+}
+
+}  // namespace devstream
 
 Status deviceEngineError(tideComm* comm) {
   if (gEngines.load(std::memory_order_relaxed) == 0) return Status::Ok();

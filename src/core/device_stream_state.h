@@ -63,18 +63,22 @@ struct SlotMem {
 // agreed unusable (staged path from then on).
 enum class EngineState { kUntried, kReady, kFailed };
 
-// Host buffers of an engine-path All-Reduce: a pinned, device-mapped copy
-// that the kernels use in place; host callbacks on the stream copy the
-// user's input in and the result out (capturable, no host wait). One per
-// (stream, send, recv, bytes), kept until teardown (graphs replay it).
+// Host buffers of an engine-path collective: a pinned, device-mapped copy
+// that the kernels use (All-Reduce and Broadcast in place; AllGather and
+// ReduceScatter with the output after the input); host callbacks on the
+// stream copy the user's input in and the result out (capturable, no host
+// wait). One per (stream, send, recv, bytes, kind), kept until teardown
+// (graphs replay it).
 struct HostStage {
   const void* send = nullptr;
   void* recv = nullptr;
-  size_t bytes = 0;
+  size_t bytes = 0;      // output bytes (copied out)
+  size_t inBytes = 0;    // input bytes copied in (0: none, a Broadcast non-root)
+  size_t outOff = 0;     // offset of the output in the stage
   char* host = nullptr;  // pinned
   CuDevPtr dev = 0;      // its device mapping
 };
-using StageKey = std::tuple<CuStream, const void*, void*, size_t>;
+using StageKey = std::tuple<CuStream, const void*, void*, size_t, int>;
 
 // Per communicator: the proxy thread, its queue and the pinned slots; the
 // device All-Reduce engine.
@@ -84,6 +88,7 @@ struct CommState {
   EngineState engineState = EngineState::kUntried;
   std::unique_ptr<cuda::DeviceAllReduce> engine;
   std::map<StageKey, std::unique_ptr<HostStage>> stages;  // under engineMu
+  unsigned loggedKinds = 0;  // CollTypes whose first engine call was logged (engineMu)
   cuda::IssueQueue<Entry*> queue;
   std::mutex mu;  // pool, mem, live
   cuda::SlotPool pool;
@@ -106,6 +111,14 @@ Status driverError(const char* what, int rc);
 // its operation (executeJob fails fast on an aborted communicator) and later
 // callbacks release their word themselves.
 void drain(CommState* st);
+
+// Device engine path (cuda/device_coll.h) of a lone AllGather,
+// ReduceScatter or Broadcast on a CUDA stream (ungrouped, or a group holding
+// only that operation), under the conditions and with the contract of
+// submitDeviceAllReduce (core/device_stream.h): *used = false and Ok when the
+// engine is agreed unusable (staged path). `avg`: ReduceScatter with tideAvg.
+// Defined in core/device_engine.cc.
+Status submitDeviceColl(const OpDesc& op, bool avg, bool* used);
 
 // The engine part of teardown (core/device_engine.cc): collective close
 // (bounded; after an abort the device-side waits give up first), then the

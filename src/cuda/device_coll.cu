@@ -1,10 +1,12 @@
-// Device All-Reduce kernels of one node: one-shot and two-shot over
-// peer-mapped scratch (protocol and step functions: device_coll_logic.h).
+// Device collective kernels of one node: one-shot and two-shot All-Reduce,
+// AllGather, ReduceScatter and Broadcast over peer-mapped scratch (protocol
+// and step functions: device_coll_logic.h).
 //
 // Compiled by nvcc into its own fat binary (sm_80, sm_90, compute_90 PTX)
 // that device_coll.cc embeds and loads through the driver API. Kernels are
 // extern "C": tide_ar<algo>_<dtype>_<op>, algo 1 = one-shot, 2 = two-shot;
-// dtype/op numbers as in cuda_kernels.cu, op 4 = Avg. One block per part (Args.nblocks
+// tide_rs_<dtype>_<op> (ReduceScatter); tide_ag, tide_bc (bytes, any
+// dtype); dtype/op numbers as in cuda_kernels.cu, op 4 = Avg. One block per part (Args.nblocks
 // blocks), any block size; thread 0 of a block signals and waits, every
 // thread of the block reduces/copies. Flags use release/acquire at system
 // scope (peers may be other processes or other GPUs); the abort word and the
@@ -13,74 +15,23 @@
 #include <cstdint>
 
 #include "device_coll_logic.h"
+#include "device_platform.cuh"
 #include "reduce_ops.cuh"
 
 namespace {
 
 namespace dc = tide::cuda::dc;
 
-// Avg: the sum's final value divided by the rank count (integers: truncating
-// division; floats: multiplied by 1/n in the compute type), applied once to
-// the reduced value, so every rank stores the same bits.
-template <class Codec, bool kAvg>
-__device__ typename Codec::Store finish(typename Codec::Store acc, int n) {
-  if constexpr (!kAvg) {
-    return acc;
-  } else {
-    using C = typename Codec::Comp;
-    if constexpr (isIntegral<C>()) {
-      return Codec::store(static_cast<C>(Codec::load(acc) / static_cast<C>(n)));
-    } else {
-      return Codec::store(Codec::load(acc) * (static_cast<C>(1) / static_cast<C>(n)));
-    }
-  }
-}
-
 template <class Codec, class Op, bool kAvg>
-struct DevicePlatform {
-  uint64_t* shared;                // one word of shared memory for share()
-  const volatile uint32_t* error;  // this rank's error word: another block failed
-  int nranks;                      // Avg divisor
-
-  __device__ bool leader() const { return threadIdx.x == 0; }
-  __device__ uint64_t share(uint64_t v) const {
-    if (threadIdx.x == 0) *shared = v;
-    __syncthreads();
-    const uint64_t r = *shared;
-    __syncthreads();
-    return r;
-  }
+struct DevicePlatform : tide::cuda::dev::BlockPlatform {
   __device__ uint64_t exitAdd(uint64_t* w) const {
     __threadfence();
     const auto old = atomicAdd(reinterpret_cast<unsigned long long*>(w), 1ull);
     __threadfence();
     return static_cast<uint64_t>(old);
   }
-  __device__ void barrier() const { __syncthreads(); }
-  __device__ void signal(uint64_t* f, uint64_t v) const {
-    __threadfence_system();
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(f), "l"(v) : "memory");
-  }
-  __device__ uint64_t poll(const uint64_t* f) const {
-    uint64_t v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(f) : "memory");
-    return v;
-  }
-  __device__ uint64_t nowNs() const {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-  }
-  __device__ bool aborted(const volatile uint32_t* w) const { return *w != 0 || *error != 0; }
   __device__ void pause(uint64_t it) const {
     if (it >= 1024) __nanosleep(it >= 65536 ? 4096 : 256);
-  }
-  // Host-mapped memory: plain volatile accesses (PCIe need not support
-  // atomics); a racing second code may win, any code is a correct report.
-  __device__ void setError(uint32_t* w, uint32_t code) const {
-    volatile uint32_t* vw = w;
-    if (*vw == 0) *vw = code;
-    __threadfence_system();
   }
 
   // out[i] (and out2[i]) = ins[0][i] op ... op ins[n-1][i] over r.
@@ -105,7 +56,8 @@ struct DevicePlatform {
       }
       if constexpr (kAvg) {
 #pragma unroll
-        for (uint64_t j = 0; j < kVec; ++j) acc.s[j] = finish<Codec, kAvg>(acc.s[j], nranks);
+        for (uint64_t j = 0; j < kVec; ++j)
+          acc.s[j] = tide::cuda::dev::finishAvg<Codec, kAvg>(acc.s[j], nranks);
       }
       reinterpret_cast<uint4*>(o)[v] = acc.v;
       if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v] = acc.v;
@@ -114,7 +66,7 @@ struct DevicePlatform {
       S acc = reinterpret_cast<const S*>(ins[0])[i];
       for (int k = 1; k < n; ++k)
         acc = combine<Codec, Op>(acc, reinterpret_cast<const S*>(ins[k])[i]);
-      acc = finish<Codec, kAvg>(acc, nranks);
+      acc = tide::cuda::dev::finishAvg<Codec, kAvg>(acc, nranks);
       o[i] = acc;
       if (o2 != nullptr) o2[i] = acc;
     }
@@ -145,7 +97,19 @@ __device__ void allReduceBlock(const dc::Args& a) {
   // thread and shared, so the whole block leaves together.
   const uint64_t failed = p.share(threadIdx.x == 0 ? *p.error : 0);
   if (failed != 0) return;
-  dc::runPart(p, a, static_cast<int>(blockIdx.x), kTwoShot);
+  dc::runKindPart<dc::kAllReduce>(p, a, static_cast<int>(blockIdx.x), kTwoShot);
+}
+
+// AllGather / ReduceScatter / Broadcast: one block = one part, as above.
+// AG and Broadcast move bytes (Args.elemSize 1), so one kernel serves every
+// dtype; ReduceScatter reduces with Codec/Op like the All-Reduce.
+template <int kKind, class Codec, class Op, bool kAvg = false>
+__device__ void collBlock(const dc::Args& a) {
+  __shared__ uint64_t word;
+  DevicePlatform<Codec, Op, kAvg> p{&word, a.errorWord, a.nranks};
+  const uint64_t failed = p.share(threadIdx.x == 0 ? *p.error : 0);
+  if (failed != 0) return;
+  dc::runKindPart<kKind>(p, a, static_cast<int>(blockIdx.x), false);
 }
 
 }  // namespace
@@ -157,13 +121,30 @@ __device__ void allReduceBlock(const dc::Args& a) {
   extern "C" __global__ void __launch_bounds__(512) tide_ar2_##T##_##O(tide::cuda::dc::Args a) { \
     allReduceBlock<CODEC, OP, true, AVG>(a);                                                     \
   }
+#define TIDE_RS_KERNEL(T, O, CODEC, OP, AVG)                                                    \
+  extern "C" __global__ void __launch_bounds__(512) tide_rs_##T##_##O(tide::cuda::dc::Args a) { \
+    collBlock<tide::cuda::dc::kReduceScatter, CODEC, OP, AVG>(a);                               \
+  }
 // Op 4 is Avg: Sum, then finish() on the reduced value.
 #define TIDE_AR_OPS(T, CODEC)                 \
   TIDE_AR_KERNELS(T, 0, CODEC, OpSum, false)  \
   TIDE_AR_KERNELS(T, 1, CODEC, OpProd, false) \
   TIDE_AR_KERNELS(T, 2, CODEC, OpMax, false)  \
   TIDE_AR_KERNELS(T, 3, CODEC, OpMin, false)  \
-  TIDE_AR_KERNELS(T, 4, CODEC, OpSum, true)
+  TIDE_AR_KERNELS(T, 4, CODEC, OpSum, true)   \
+  TIDE_RS_KERNEL(T, 0, CODEC, OpSum, false)   \
+  TIDE_RS_KERNEL(T, 1, CODEC, OpProd, false)  \
+  TIDE_RS_KERNEL(T, 2, CODEC, OpMax, false)   \
+  TIDE_RS_KERNEL(T, 3, CODEC, OpMin, false)   \
+  TIDE_RS_KERNEL(T, 4, CODEC, OpSum, true)
+
+// Byte movers: one kernel each for every dtype.
+extern "C" __global__ void __launch_bounds__(512) tide_ag(tide::cuda::dc::Args a) {
+  collBlock<tide::cuda::dc::kAllGather, Plain<uint8_t>, OpSum>(a);
+}
+extern "C" __global__ void __launch_bounds__(512) tide_bc(tide::cuda::dc::Args a) {
+  collBlock<tide::cuda::dc::kBroadcast, Plain<uint8_t>, OpSum>(a);
+}
 
 TIDE_AR_OPS(0, Plain<int8_t>)
 TIDE_AR_OPS(1, Plain<uint8_t>)

@@ -1,5 +1,6 @@
-// Algorithm logic of the device All-Reduce engine (one node, peer-mapped
-// scratch), written once for nvcc (device_coll.cu) and g++ (the CPU unit test
+// Algorithm logic of the device collective engine of one node (peer-mapped
+// scratch; All-Reduce, AllGather, ReduceScatter, Broadcast), written once for
+// nvcc (device_coll.cu) and g++ (the CPU unit test
 // tests/unit/test_device_coll_logic.cc runs the same step functions with one
 // std::thread per rank).
 //
@@ -46,6 +47,32 @@
 // the new value, so a replayed CUDA graph advances it like a fresh call. The
 // input area's parity and the copy-in (done by the kernel itself, each part
 // copying exactly the ranges its peers' same part reads) follow from it.
+//
+// AllGather, ReduceScatter, Broadcast (Args::kind): always scratch mode (the
+// kernel copies in, peers read only scratch areas; no mailboxes, no "done"
+// phase), for threads and processes alike. Each is one phase-0 exchange
+// among all ranks, then local reads of the peers' areas:
+//   AllGather: the rank's `count` elements go to its area; part b copies
+//              piece b of every rank's area into out block q (out + q *
+//              stride elements). AG and Broadcast run on bytes (elemSize 1).
+//   ReduceScatter: the rank's n input blocks (stride elements apart) go to
+//              its area, block q at q * blockBytes (16-byte multiples); part
+//              b reduces piece b of block `rank` of every area (rank order,
+//              the All-Reduce's fold) into out.
+//   Broadcast: the root copies its input into its area; every rank copies
+//              the root's area into out (the root only when out != input).
+// A mix of kinds on one engine shares the call counter, the flag slots and
+// the two areas. The two-area argument above holds per call whatever the
+// kinds: every kind starts with a phase-0 exchange in which every rank
+// signals every peer (Broadcast too, although only the root's area is
+// read), and reads peers' areas (or, direct All-Reduce, the buffers posted in
+// the mailboxes, guarded by its "done" phase) only inside its kernel. So a
+// rank overwriting area (s % 2) at call s + 2, whatever kind s + 2 is, has
+// passed the phase-0 wait of call s + 1, which each peer signals only after
+// its call-s kernel (of any kind) ended. Slot values only grow (seq), and
+// waits test >= seq, so parts left unused by a call with fewer parts never
+// satisfy a later wait early. In-place calls stay correct because the
+// copy-in of a range precedes, in the same part, the write of that range.
 #pragma once
 
 #include <cstddef>
@@ -76,6 +103,12 @@ inline constexpr size_t kExitWord = kSeqWord + 1;            // parts of this ca
 // Error word contents: kind | phase << 4 | peer << 8 | part << 16; 0 = none.
 inline constexpr uint32_t kErrTimeout = 1;
 inline constexpr uint32_t kErrAborted = 2;
+
+// Collective kinds (Args::kind).
+inline constexpr int kAllReduce = 0;
+inline constexpr int kAllGather = 1;
+inline constexpr int kReduceScatter = 2;
+inline constexpr int kBroadcast = 3;
 
 TIDE_DC_FN uint32_t encodeError(uint32_t kind, int phase, int peer, int part) {
   return kind | static_cast<uint32_t>(phase) << 4 | static_cast<uint32_t>(peer) << 8 |
@@ -132,7 +165,10 @@ struct Args {
   int nranks;
   int nblocks;
   int elemSize;
-  uint64_t count;                      // elements of this call (chunk)
+  uint64_t count;                      // elements of this call (chunk); AG/RS: per rank
+  int kind;                            // kAllReduce (0), kAllGather, kReduceScatter, kBroadcast
+  int root;                            // Broadcast: the root rank
+  uint64_t stride;                     // AG: elements between out's rank blocks; RS: input's
   uint64_t seq;                        // bound: call sequence number, >= 1
   uint64_t timeoutNs;                  // bound of each wait
   int direct;                          // 1: direct mode (see above)
@@ -175,6 +211,32 @@ TIDE_DC_FN void signalPeers(P& p, const Args& a, int phase, int part) {
   }
 }
 
+// Waits until *word >= target, bounded by timeoutNs from `start` and the
+// abort word. Returns 0, or the error code (also stored in errorWord).
+// Shared by every engine's waits (also device_ring_logic.h).
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t waitWordAtLeast(P& p, const uint64_t* word, uint64_t target, uint64_t start,
+                                    uint64_t timeoutNs, const volatile uint32_t* abortWord,
+                                    uint32_t* errorWord, int phase, int peer, int part) {
+  for (uint64_t it = 0; p.poll(word) < target; ++it) {
+    if ((it & 63) == 63) {
+      uint32_t code = 0;
+      if (p.aborted(abortWord)) {
+        code = encodeError(kErrAborted, phase, peer, part);
+      } else if (p.nowNs() - start > timeoutNs) {
+        code = encodeError(kErrTimeout, phase, peer, part);
+      }
+      if (code != 0) {
+        p.setError(errorWord, code);
+        return code;
+      }
+    }
+    p.pause(it);
+  }
+  return 0;
+}
+
 // Waits until every peer's slot [phase][part][peer] in this rank's flag area
 // holds >= seq. Leader only. Returns 0, or the error code (also stored).
 TIDE_DC_TEMPLATE
@@ -184,21 +246,9 @@ TIDE_DC_FN uint32_t waitPeers(P& p, const Args& a, int phase, int part) {
   for (int k = 1; k < a.nranks; ++k) {
     const int q = (a.rank + a.nranks - k) % a.nranks;
     const uint64_t* slot = a.flags[a.rank] + flagIndex(phase, part, q);
-    for (uint64_t it = 0; p.poll(slot) < a.seq; ++it) {
-      if ((it & 63) == 63) {
-        uint32_t code = 0;
-        if (p.aborted(a.abortWord)) {
-          code = encodeError(kErrAborted, phase, q, part);
-        } else if (p.nowNs() - start > a.timeoutNs) {
-          code = encodeError(kErrTimeout, phase, q, part);
-        }
-        if (code != 0) {
-          p.setError(a.errorWord, code);
-          return code;
-        }
-      }
-      p.pause(it);
-    }
+    const uint32_t code = waitWordAtLeast(p, slot, a.seq, start, a.timeoutNs, a.abortWord,
+                                          a.errorWord, phase, q, part);
+    if (code != 0) return code;
   }
   return 0;
 }
@@ -333,19 +383,95 @@ TIDE_DC_FN void copyInPart(P& p, const Args& a, int part, bool twoShot) {
   }
 }
 
-// One part of one call, from the counter read to the counter advance.
-// Returns 0 or the error code. Every part of the call must run it once.
+// ReduceScatter: bytes of one rank block in a scratch area (16-byte multiple).
+TIDE_DC_FN uint64_t rsBlockBytes(uint64_t count, int elemSize) {
+  return (count * static_cast<uint64_t>(elemSize) + 15) / 16 * 16;
+}
+// Scratch bytes one call of kind `kind` with `count` elements (per rank)
+// needs in its area; the host cuts calls into chunks that fit areaBytes.
+TIDE_DC_FN uint64_t areaNeed(int kind, uint64_t count, int elemSize, int nranks) {
+  return kind == kReduceScatter ? rsBlockBytes(count, elemSize) * static_cast<uint64_t>(nranks)
+                                : count * static_cast<uint64_t>(elemSize);
+}
+
+// Elements (per rank) of one chunk of a call of kind `kind`: the largest
+// count whose areaNeed fits `areaBytes` (AG and Broadcast count bytes).
+TIDE_DC_FN uint64_t chunkElems(int kind, uint64_t areaBytes, int elemSize, int nranks) {
+  const uint64_t es = static_cast<uint64_t>(elemSize);
+  if (kind != kReduceScatter) return areaBytes / es;
+  return (areaBytes / static_cast<uint64_t>(nranks)) / 16 * 16 / es;
+}
+
+// Copy-in of AG / RS / Broadcast, part `part`: piece `part` of each block
+// this rank provides (the ranges that part `part` of every rank reads).
 TIDE_DC_TEMPLATE
-template <class P>
-TIDE_DC_FN uint32_t runPart(P& p, const Args& in, int part, bool twoShot) {
+template <int kKind, class P>
+TIDE_DC_FN void copyInColl(P& p, const Args& a, int part) {
+  const Range r = pieceOf(Range{0, a.count}, a.nblocks, part, unitOf(a.elemSize));
+  if (r.hi <= r.lo) return;
+  char* own = a.data[a.rank];
+  if constexpr (kKind == kReduceScatter) {
+    const uint64_t bb = rsBlockBytes(a.count, a.elemSize);
+    const uint64_t sb = a.stride * static_cast<uint64_t>(a.elemSize);
+    for (int q = 0; q < a.nranks; ++q) p.copy(own + q * bb, a.input + q * sb, r);
+  } else if constexpr (kKind == kAllGather) {
+    p.copy(own, a.input, r);
+  } else {
+    if (a.rank == a.root) p.copy(own, a.input, r);
+  }
+}
+
+// AllGather / ReduceScatter / Broadcast after the copy-in, part `part`.
+// Returns 0 or the error code.
+TIDE_DC_TEMPLATE
+template <int kKind, class P>
+TIDE_DC_FN uint32_t collPart(P& p, const Args& a, int part) {
+  const uint32_t code = exchangePhase(p, a, 0, part);
+  if (code != 0) return code;
+  const Range r = pieceOf(Range{0, a.count}, a.nblocks, part, unitOf(a.elemSize));
+  if (r.hi <= r.lo) return 0;
+  if constexpr (kKind == kReduceScatter) {
+    char* ins[kMaxRanks];
+    const uint64_t off = static_cast<uint64_t>(a.rank) * rsBlockBytes(a.count, a.elemSize);
+    for (int q = 0; q < a.nranks; ++q) ins[q] = a.data[q] + off;
+    p.reduce(a.out, nullptr, ins, a.nranks, r);
+  } else if constexpr (kKind == kAllGather) {
+    // Own block first, then the following ranks (peers start on different
+    // areas).
+    const uint64_t sb = a.stride * static_cast<uint64_t>(a.elemSize);
+    for (int k = 0; k < a.nranks; ++k) {
+      const int q = (a.rank + k) % a.nranks;
+      p.copy(a.out + q * sb, a.data[q], r);
+    }
+  } else {
+    if (a.rank != a.root || a.input != a.out) p.copy(a.out, a.data[a.root], r);
+  }
+  return 0;
+}
+
+// One part of one call of kind kKind, from the counter read to the counter
+// advance. Returns 0 or the error code. Every part of the call must run it
+// once. `twoShot`: All-Reduce only.
+TIDE_DC_TEMPLATE
+template <int kKind, class P>
+TIDE_DC_FN uint32_t runKindPart(P& p, const Args& in, int part, bool twoShot) {
   uint64_t* own = reinterpret_cast<uint64_t*>(in.base[in.rank]);
   uint64_t seq = 0;
   if (p.leader()) seq = p.poll(own + kSeqWord) + 1;
   seq = p.share(seq);
   const Args a = bindCall(in, seq);
-  copyInPart(p, a, part, twoShot);
+  if constexpr (kKind == kAllReduce) {
+    copyInPart(p, a, part, twoShot);
+  } else {
+    copyInColl<kKind>(p, a, part);
+  }
   p.barrier();  // the whole part's copy-in precedes the "input ready" signal
-  const uint32_t code = twoShot ? twoShotPart(p, a, part) : oneShotPart(p, a, part);
+  uint32_t code = 0;
+  if constexpr (kKind == kAllReduce) {
+    code = twoShot ? twoShotPart(p, a, part) : oneShotPart(p, a, part);
+  } else {
+    code = collPart<kKind>(p, a, part);
+  }
   p.barrier();
   if (p.leader() && p.exitAdd(own + kExitWord) + 1 == static_cast<uint64_t>(a.nblocks)) {
     // Last part of the call: every part has read the counter before its add.
@@ -353,6 +479,23 @@ TIDE_DC_FN uint32_t runPart(P& p, const Args& in, int part, bool twoShot) {
     p.signal(own + kSeqWord, seq);
   }
   return code;
+}
+
+// runKindPart for the kind in `in.kind` (the CPU test; kernels instantiate
+// only their own kind).
+TIDE_DC_TEMPLATE
+template <class P>
+TIDE_DC_FN uint32_t runPart(P& p, const Args& in, int part, bool twoShot) {
+  switch (in.kind) {
+    case kAllGather:
+      return runKindPart<kAllGather>(p, in, part, false);
+    case kReduceScatter:
+      return runKindPart<kReduceScatter>(p, in, part, false);
+    case kBroadcast:
+      return runKindPart<kBroadcast>(p, in, part, false);
+    default:
+      return runKindPart<kAllReduce>(p, in, part, twoShot);
+  }
 }
 
 }  // namespace tide::cuda::dc

@@ -1,13 +1,20 @@
-// The device All-Reduce engine as the CUDA-stream path of tideAllReduce on a
-// one-node communicator (suite gpu): N ranks as threads of one process on
+// The device collective engine as the CUDA-stream path of tideAllReduce (and
+// of tideAllGather / tideReduceScatter / tideBroadcast) on a one-node
+// communicator (suite gpu): N ranks as threads of one process on
 // GPU 0, each on its own CUDA stream. Every dtype for sum and every other op
 // (prod, max, min, avg) for float32; sizes 8 B .. 64 MiB; out of place and in
 // place; host buffers on the stream; a CUDA graph capture replayed 3 times
-// with new inputs. Results are checked element by element against a host
-// reference, and the debug log (TIDE_DEBUG=INFO into a file) must show that
-// every rank chose the engine path.
+// with new inputs. Then AllGather / ReduceScatter / Broadcast: every dtype for
+// RS sum, the other ops on float32, 8 B .. 64 MiB, in and out of place, each
+// captured and replayed 3 times. Results are checked element by element
+// against a host reference, and the debug log (TIDE_DEBUG=INFO into a file)
+// must show that every rank chose the engine path for every collective.
 //
 //   stream_engine_test N [MAXBYTES]   (sizes above MAXBYTES, default 64 MiB, skipped)
+//
+// With TIDE_DEVICE_ALGO=oneshot|twoshot|ring in the environment (the gpu
+// suite runs ring and twoshot passes) every All-Reduce runs that kernel, and
+// with two or more ranks the log must show every rank running it.
 //
 // Exits 77 (skip) when no CUDA driver or device is usable. The driver is
 // opened with dlopen, so this builds without CUDA. Every wait is bounded.
@@ -200,6 +207,176 @@ bool runOne(Rank& r, const Dtype& d, tideRedOp_t op, size_t count, bool inPlace,
 constexpr size_t kMaxBytes = size_t{64} << 20;
 size_t gLimit = kMaxBytes;  // largest size run (argv[2])
 
+// AllGather / ReduceScatter / Broadcast on the engine path. `count` as in
+// NCCL (AG: per-rank send, RS: per-rank recv, Bcast: the buffer). In place:
+// AG send = recv + rank * count, RS recv = send + rank * count, Bcast
+// send == recv. Inputs are inVal of (rank, global element index, round);
+// outputs are checked against the host reference of the same formula.
+enum class Kind { kAllGather, kReduceScatter, kBroadcast };
+const char* kindName(Kind k) {
+  return k == Kind::kAllGather       ? "AllGather"
+         : k == Kind::kReduceScatter ? "ReduceScatter"
+                                     : "Broadcast";
+}
+struct CollBufs {
+  void* send;
+  void* recv;
+  size_t sendElems, recvElems;
+};
+CollBufs collBufs(const Rank& r, Kind k, const Dtype& d, size_t count, bool inPlace) {
+  char* in = reinterpret_cast<char*>(r.in);
+  char* out = reinterpret_cast<char*>(r.out);
+  const auto n = static_cast<size_t>(r.n);
+  const size_t rk = static_cast<size_t>(r.rank);
+  switch (k) {
+    case Kind::kAllGather:
+      return {inPlace ? out + rk * count * d.size : in, out, count, count * n};
+    case Kind::kReduceScatter:
+      return {in, inPlace ? in + rk * count * d.size : out, count * n, count};
+    default:
+      return {in, inPlace ? in : out, count, count};
+  }
+}
+bool fillColl(Rank& r, Kind k, const Dtype& d, tideRedOp_t op, size_t count, bool inPlace,
+              int round, int root) {
+  const CollBufs b = collBufs(r, k, d, count, inPlace);
+  if (!inPlace || k == Kind::kAllGather) {
+    std::vector<char> z(b.recvElems * d.size, 0x5a);
+    if (cu.htod(reinterpret_cast<CuDevPtr>(b.recv), z.data(), z.size()) != 0) return false;
+  }
+  const int who = k == Kind::kBroadcast ? root : r.rank;
+  std::vector<char> h(b.sendElems * d.size);
+  for (size_t i = 0; i < b.sendElems; ++i) put(h.data(), i, d, inVal(d, op, who, i, round));
+  // A Broadcast non-root's buffer is garbage before the call.
+  if (k == Kind::kBroadcast && r.rank != root) memset(h.data(), 0x33, h.size());
+  return cu.htod(reinterpret_cast<CuDevPtr>(b.send), h.data(), h.size()) == 0;
+}
+double wantColl(Kind k, const Dtype& d, tideRedOp_t op, int n, int rank, size_t count, size_t i,
+                int round, int root) {
+  switch (k) {
+    case Kind::kAllGather:
+      return inVal(d, op, static_cast<int>(i / count), i % count, round);
+    case Kind::kReduceScatter:
+      return want(d, op, n, static_cast<size_t>(rank) * count + i, round);
+    default:
+      return inVal(d, op, root, i, round);
+  }
+}
+void checkColl(Rank& r, Kind k, const Dtype& d, tideRedOp_t op, size_t count, bool inPlace,
+               int round, int root, const char* mode) {
+  const CollBufs b = collBufs(r, k, d, count, inPlace);
+  std::vector<char> h(b.recvElems * d.size);
+  if (cu.dtoh(h.data(), reinterpret_cast<CuDevPtr>(b.recv), h.size()) != 0) {
+    return r.fail("cuMemcpyDtoH");
+  }
+  ++r.checks;
+  for (size_t i = 0; i < b.recvElems; ++i) {
+    const double w = wantColl(k, d, op, r.n, r.rank, count, i, round, root);
+    if (get(h.data(), i, d) != w) {
+      char buf[260];
+      snprintf(buf, sizeof(buf),
+               "%s %s %s op %d count %zu%s root %d round %d: element %zu is %g, want %g", mode,
+               kindName(k), d.name, static_cast<int>(op), count, inPlace ? " in place" : "", root,
+               round, i, get(h.data(), i, d), w);
+      return r.fail(buf);
+    }
+  }
+}
+tideResult_t callColl(Rank& r, Kind k, const Dtype& d, tideRedOp_t op, size_t count, bool inPlace,
+                      int root) {
+  const CollBufs b = collBufs(r, k, d, count, inPlace);
+  auto* s = static_cast<tideStream_t>(r.stream);
+  switch (k) {
+    case Kind::kAllGather:
+      return tideAllGather(b.send, b.recv, count, d.t, r.comm, s);
+    case Kind::kReduceScatter:
+      return tideReduceScatter(b.send, b.recv, count, d.t, op, r.comm, s);
+    default:
+      return tideBroadcast(b.send, b.recv, count, d.t, root, r.comm, s);
+  }
+}
+bool runColl(Rank& r, Kind k, const Dtype& d, tideRedOp_t op, size_t count, bool inPlace,
+             int round) {
+  const int root = (round + 1) % r.n;
+  if (!fillColl(r, k, d, op, count, inPlace, round, root)) {
+    r.fail("fill");
+    return false;
+  }
+  if (callColl(r, k, d, op, count, inPlace, root) != tideSuccess) {
+    r.fail(std::string(kindName(k)) + ": " + tideGetLastError(r.comm));
+    return false;
+  }
+  if (!drain(r, kindName(k))) return false;
+  checkColl(r, k, d, op, count, inPlace, round, root, "stream");
+  return true;
+}
+
+// 5. AllGather, ReduceScatter, Broadcast: every dtype for RS sum (AG and
+// Bcast move bytes: float32, int8 and f64), the other ops on float32, the
+// largest buffer 8 B .. 64 MiB, in place and out of place; then each
+// captured once and replayed 3 times with new inputs.
+bool runNewCollectives(Rank& r, const size_t* sizes, size_t nsizes) {
+  const auto n = static_cast<size_t>(r.n);
+  for (Kind k : {Kind::kReduceScatter, Kind::kAllGather, Kind::kBroadcast}) {
+    for (const Dtype& d : kTypes) {
+      if (k != Kind::kReduceScatter && d.t != tideFloat32 && d.t != tideInt8 &&
+          d.t != tideFloat64) {
+        continue;
+      }
+      for (size_t i = 0; i < nsizes; ++i) {
+        const size_t bytes = sizes[i];
+        if ((d.t != tideFloat32 && bytes > (size_t{1} << 20)) || bytes > gLimit) continue;
+        const size_t per = k == Kind::kBroadcast ? 1 : n;
+        const size_t count = std::max<size_t>(1, bytes / d.size / per);
+        for (bool inPlace : {false, true}) {
+          if (!runColl(r, k, d, tideSum, count, inPlace, static_cast<int>(bytes % 7))) return false;
+        }
+      }
+    }
+  }
+  for (tideRedOp_t op : {tideProd, tideMax, tideMin, tideAvg}) {
+    for (size_t bytes : {size_t{8}, size_t{4096}, size_t{1} << 20, kMaxBytes}) {
+      if (bytes > gLimit) continue;
+      for (bool inPlace : {false, true}) {
+        const size_t count = std::max<size_t>(1, bytes / 4 / n);
+        if (!runColl(r, Kind::kReduceScatter, f32(), op, count, inPlace, 1)) return false;
+      }
+    }
+  }
+  const int mode = r.n > 1 ? 1 : 0;  // thread-local capture with several ranks
+  for (Kind k : {Kind::kAllGather, Kind::kReduceScatter, Kind::kBroadcast}) {
+    for (size_t count : {size_t{1001}, (size_t{8} << 20) / 4 / n}) {
+      if (count * 4 * n > gLimit) continue;
+      const bool inPlace = count == 1001;
+      const int root = r.n - 1;
+      if (!fillColl(r, k, f32(), tideSum, count, inPlace, 0, root)) return r.fail("fill"), false;
+      if (cu.beginCapture(r.stream, mode) != 0) return r.fail("cuStreamBeginCapture"), false;
+      const tideResult_t rc = callColl(r, k, f32(), tideSum, count, inPlace, root);
+      void* graph = nullptr;
+      const int erc = cu.endCapture(r.stream, &graph);
+      if (rc != tideSuccess) {
+        r.fail(std::string("captured ") + kindName(k) + ": " + tideGetLastError(r.comm));
+        return false;
+      }
+      if (erc != 0) return r.fail("cuStreamEndCapture " + std::to_string(erc)), false;
+      void* exec = nullptr;
+      if (cu.instantiate(&exec, graph, 0) != 0) return r.fail("cuGraphInstantiate"), false;
+      for (int round = 3; round < 6; ++round) {
+        // The root is fixed by the capture: fill with the same one.
+        if (!fillColl(r, k, f32(), tideSum, count, inPlace, round, root)) {
+          return r.fail("fill"), false;
+        }
+        if (cu.graphLaunch(exec, r.stream) != 0) return r.fail("cuGraphLaunch"), false;
+        if (!drain(r, "graph replay")) return false;
+        checkColl(r, k, f32(), tideSum, count, inPlace, round, root, "graph");
+      }
+      cu.graphExecDestroy(exec);
+      cu.graphDestroy(graph);
+    }
+  }
+  return true;
+}
+
 void runRank(Rank& r, const tideUniqueId& id) {
   cu.ctxSetCurrent(cu.ctx);
   if (tideCommInitRank(&r.comm, r.n, id, r.rank) != tideSuccess) {
@@ -282,6 +459,7 @@ void runRank(Rank& r, const tideUniqueId& id) {
     cu.graphExecDestroy(exec);
     cu.graphDestroy(graph);
   }
+  if (!runNewCollectives(r, sizes, sizeof(sizes) / sizeof(sizes[0]))) return;
   cu.memFree(r.in);
   cu.memFree(r.out);
   if (tideCommDestroy(r.comm) != tideSuccess) {
@@ -290,12 +468,13 @@ void runRank(Rank& r, const tideUniqueId& id) {
   cu.streamDestroy(r.stream);
 }
 
-// Ranks whose log says they chose the engine path.
-int engineLines(const std::string& path) {
+// Log lines holding `what` (one per rank: the engine's creation, or a
+// collective's first call on the engine path).
+int logLines(const std::string& path, const char* what) {
   std::ifstream f(path);
   std::string line;
   int n = 0;
-  while (std::getline(f, line)) n += line.find("uses the engine path") != std::string::npos;
+  while (std::getline(f, line)) n += line.find(what) != std::string::npos;
   return n;
 }
 
@@ -336,19 +515,38 @@ int main(int argc, char** argv) {
     failures += r.failures;
     checks += r.checks;
   }
-  const int engine = engineLines(log);
-  const bool pathOk = engine == n;
-  if (!pathOk) {
-    fprintf(stderr, "%d of %d ranks logged 'uses the engine path' (log %s); staged path ran\n",
-            engine, n, log.c_str());
-  } else {
+  bool pathOk = true;
+  std::vector<std::string> wants = {"uses the engine path", "allgather runs on the engine path",
+                                    "reducescatter runs on the engine path",
+                                    "broadcast runs on the engine path"};
+  const char* forced = getenv("TIDE_DEVICE_ALGO");
+  std::string algoName;
+  if (forced != nullptr && n >= 2) {
+    const std::string f = forced;
+    algoName = f == "ring"      ? "ring"
+               : f == "twoshot" ? "two-shot"
+               : f == "oneshot" ? "one-shot"
+                                : "";
+    if (!algoName.empty()) wants.push_back("all-reduce algorithm " + algoName + " ");
+  }
+  for (const std::string& wantLine : wants) {
+    const char* what = wantLine.c_str();
+    const int lines = logLines(log, what);
+    if (lines != n) {
+      pathOk = false;
+      fprintf(stderr, "%d of %d ranks logged '%s' (log %s): the staged path ran\n", lines, n, what,
+              log.c_str());
+    }
+  }
+  if (pathOk) {
     unlink(log.c_str());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   printf(
-      "stream_engine_test: %d rank(s) as threads, up to %zu B, path: %s, %ld checks, %.1f s: %s "
-      "(%d failure(s))\n",
-      n, gLimit, pathOk ? "device all-reduce engine" : "NOT the engine", checks, secs,
+      "stream_engine_test: %d rank(s) as threads, up to %zu B, path: %s%s%s, %ld checks, %.1f s: "
+      "%s (%d failure(s))\n",
+      n, gLimit, pathOk ? "device collective engine" : "NOT the engine",
+      algoName.empty() ? "" : ", all-reduce ", algoName.c_str(), checks, secs,
       failures == 0 && pathOk ? "PASS" : "FAIL", failures);
   return failures == 0 && pathOk ? 0 : 1;
 }

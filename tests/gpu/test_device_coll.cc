@@ -139,7 +139,7 @@ void correctness(Rank* r, bool allowDirect) {
   std::vector<uint8_t> want(maxBytes), got(maxBytes);
   const tide::KernelTable* host = tide::kernelsFor(tide::MemType::Host);
   int caseNo = 0;
-  for (DeviceAlgo algo : {DeviceAlgo::kOneShot, DeviceAlgo::kTwoShot}) {
+  for (DeviceAlgo algo : {DeviceAlgo::kOneShot, DeviceAlgo::kTwoShot, DeviceAlgo::kRing}) {
     for (int t = 0; t < tideNumTypes; ++t) {
       const auto dt = static_cast<tideDataType_t>(t);
       const size_t es = tide::dtypeSize(dt);
@@ -190,20 +190,23 @@ void boundedWaits(Rank* r) {
   tide::cuda::DeviceCollOptions o;
   o.timeoutSec = 0.5;
   std::unique_ptr<DeviceAllReduce> e;
-  tide::Status s = DeviceAllReduce::create(r->rank, r->n, o, r->gather(), &e);
-  if (!s.ok()) return r->fail("create (timeout case): " + s.message());
-  if (r->rank == 0) {
-    const auto t0 = Clock::now();
-    s = e->allReduce(buf.ptr(), buf.ptr(), 256, tideFloat32, tide::RedOp::Sum, DeviceAlgo::kAuto,
-                     r->stream);
-    tide::cuda::waitStream(r->stream, 30);
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    s = e->check();
-    printf("timeout case: %.2f s, %s\n", secs, s.message().c_str());
-    if (s.code() != tideTimeout || secs > 10) r->fail("no tideTimeout from a lone rank's kernel");
-    ++r->cases;
+  tide::Status s;
+  // A lone rank's one-shot kernel, then its ring kernel (FIFO data wait).
+  for (DeviceAlgo algo : {DeviceAlgo::kAuto, DeviceAlgo::kRing}) {
+    s = DeviceAllReduce::create(r->rank, r->n, o, r->gather(), &e);
+    if (!s.ok()) return r->fail("create (timeout case): " + s.message());
+    if (r->rank == 0) {
+      const auto t0 = Clock::now();
+      s = e->allReduce(buf.ptr(), buf.ptr(), 256, tideFloat32, tide::RedOp::Sum, algo, r->stream);
+      tide::cuda::waitStream(r->stream, 30);
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      s = e->check();
+      printf("timeout case (%s): %.2f s, %s\n", deviceAlgoName(algo), secs, s.message().c_str());
+      if (s.code() != tideTimeout || secs > 10) r->fail("no tideTimeout from a lone rank's kernel");
+      ++r->cases;
+    }
+    s = e->close(r->gather());  // the barrier keeps peers' scratch alive meanwhile
   }
-  s = e->close(r->gather());  // the barrier keeps peers' scratch alive meanwhile
   o.timeoutSec = 60;
   s = DeviceAllReduce::create(r->rank, r->n, o, r->gather(), &e);
   if (!s.ok()) return r->fail("create (abort case): " + s.message());
