@@ -10,68 +10,34 @@
 // zero counts, chunked, in place, replays, every dtype x op for RS) and a
 // mixed sequence of all four kinds on one engine.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "../gpu/nan_elem.h"
-#include "core/config.h"
 #include "core/kernels.h"
 #include "core/registry.h"
 #include "core/types.h"
-#include "cuda/cuda_loader.h"
 #include "cuda/device_coll.h"
 #include "cuda/device_coll_logic.h"
+#include "device_logic_host.h"
 
 namespace tide::cuda::dc {
 namespace {
 
 // One part of one rank on the CPU: a single "thread" per block.
-struct HostPlatform {
+struct HostPlatform : testhost::HostWaits {
   ReduceFn fn;
   int elemSize;
   std::vector<uint8_t>* tmp;
 
-  bool leader() const { return true; }
-  uint64_t share(uint64_t v) const { return v; }
-  void barrier() const {}
-  void signal(uint64_t* f, uint64_t v) const {
-    std::atomic_ref<uint64_t>(*f).store(v, std::memory_order_release);
-  }
-  uint64_t poll(const uint64_t* f) const {
-    return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(f)).load(std::memory_order_acquire);
-  }
   uint64_t exitAdd(uint64_t* w) const {
     return std::atomic_ref<uint64_t>(*w).fetch_add(1, std::memory_order_acq_rel);
-  }
-  uint64_t nowNs() const {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now().time_since_epoch())
-                                     .count());
-  }
-  bool aborted(const volatile uint32_t* w) const {
-    return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(w)).load(std::memory_order_acquire) !=
-           0;
-  }
-  void pause(uint64_t it) const {
-    if (it < 64) return;
-    if (it < 1024) {
-      sched_yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  void setError(uint32_t* w, uint32_t code) const {
-    uint32_t zero = 0;
-    std::atomic_ref<uint32_t>(*w).compare_exchange_strong(zero, code);
   }
   void reduce(char* out, char* out2, char* const* ins, int n, Range r) const {
     const size_t len = r.hi - r.lo;
@@ -131,7 +97,7 @@ constexpr uint64_t kLongNs = 20'000'000'000ull;  // 20 s: never hit by a healthy
 // from counter read to counter advance, as the kernel's blocks do.
 uint32_t runRank(bool twoShot, const Args& a, ReduceFn fn) {
   std::vector<uint8_t> tmp;
-  HostPlatform p{fn, a.elemSize, &tmp};
+  HostPlatform p{{}, fn, a.elemSize, &tmp};
   uint32_t first = 0;
   for (int b = 0; b < a.nblocks; ++b) {
     const uint32_t code = runPart(p, a, b, twoShot);
@@ -353,7 +319,7 @@ TEST(DeviceCollLogic, TwoShotPeerStuckAfterInputTimesOutInPhaseOne) {
   const uint64_t timeout = 50'000'000;
   // Rank 2 signals "input ready" for its only part, then stops.
   std::vector<uint8_t> tmp;
-  HostPlatform p2{fn, 4, &tmp};
+  HostPlatform p2{{}, fn, 4, &tmp};
   std::vector<int32_t> out2(100);
   signalPeers(
       p2,
@@ -717,61 +683,6 @@ TEST(DeviceCollLogic, ChunksFitTheArea) {
       }
     }
   }
-}
-
-// The engine's creation on a machine without a GPU (or with TIDE_P2P_DISABLE):
-// every rank still takes part in the exchange, so all of them fail at once
-// with the reason instead of waiting for each other.
-void createEverywhere(int n, std::vector<Status>* out) {
-  std::vector<uint8_t> table;
-  std::barrier sync(n);
-  auto gather = [&](int rank, void* all, size_t bytes) {
-    sync.arrive_and_wait();
-    if (rank == 0) table.assign(bytes * n, 0);
-    sync.arrive_and_wait();
-    memcpy(table.data() + rank * bytes, static_cast<uint8_t*>(all) + rank * bytes, bytes);
-    sync.arrive_and_wait();
-    memcpy(all, table.data(), bytes * n);
-    sync.arrive_and_wait();
-    return Status::Ok();
-  };
-  out->assign(n, Status::Ok());
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      std::unique_ptr<DeviceAllReduce> e;
-      (*out)[r] = DeviceAllReduce::create(
-          r, n, {}, [&, r](void* all, size_t bytes) { return gather(r, all, bytes); }, &e);
-    });
-  }
-  for (auto& t : ts) t.join();
-}
-
-TEST(DeviceAllReduceHost, CreateFailsCleanlyOnEveryRankWithoutGpu) {
-  if (gpuUsable()) GTEST_SKIP() << "a GPU is usable here: " << probeGpu().detail;
-  std::vector<Status> st;
-  const auto t0 = std::chrono::steady_clock::now();
-  createEverywhere(3, &st);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
-  for (const Status& s : st) {
-    EXPECT_EQ(s.code(), tideSystemError) << s.message();
-    EXPECT_NE(s.message().find("no GPU"), std::string::npos) << s.message();
-  }
-  setenv("TIDE_P2P_DISABLE", "1", 1);
-  createEverywhere(2, &st);
-  unsetenv("TIDE_P2P_DISABLE");
-  for (const Status& s : st) {
-    EXPECT_EQ(s.code(), tideInvalidUsage) << s.message();
-    EXPECT_NE(s.message().find("TIDE_P2P_DISABLE"), std::string::npos) << s.message();
-  }
-}
-
-TEST(DeviceAllReduceHost, RejectsBadRankCounts) {
-  std::unique_ptr<DeviceAllReduce> e;
-  auto never = [](void*, size_t) { return internalError("must not be called"); };
-  EXPECT_EQ(DeviceAllReduce::create(0, kMaxRanks + 1, {}, never, &e).code(), tideInvalidUsage);
-  EXPECT_EQ(DeviceAllReduce::create(2, 2, {}, never, &e).code(), tideInvalidUsage);
-  EXPECT_EQ(e, nullptr);
 }
 
 }  // namespace

@@ -8,9 +8,9 @@
 // Avg) for float32, 1..8 ranks, counts 0, 1, below the rank count, odd and
 // far above K * S (the FIFO wraps many times), several parts, in place,
 // replays of the same arguments, shuffled ring orders; then the counters,
-// timeouts, abort, rejected arguments and the algorithm choice.
+// timeouts, abort and rejected arguments (the algorithm choice:
+// test_device_algo_choice.cc).
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,10 +25,9 @@
 #include "../gpu/nan_elem.h"
 #include "core/kernels.h"
 #include "core/registry.h"
-#include "core/topology.h"
 #include "core/types.h"
-#include "cuda/device_algo_choice.h"
 #include "cuda/device_ring_logic.h"
+#include "device_logic_host.h"
 
 namespace tide::cuda::ring {
 namespace {
@@ -53,43 +52,12 @@ struct Finish {
 };
 
 // One part of one rank on the CPU: a single "thread" per block.
-struct HostPlatform {
+struct HostPlatform : testhost::HostWaits {
   ReduceFn fn;
   int elemSize;
   Finish finish;
   std::vector<char>* tmp;
 
-  bool leader() const { return true; }
-  uint64_t share(uint64_t v) const { return v; }
-  void barrier() const {}
-  void signal(uint64_t* f, uint64_t v) const {
-    std::atomic_ref<uint64_t>(*f).store(v, std::memory_order_release);
-  }
-  uint64_t poll(const uint64_t* f) const {
-    return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(f)).load(std::memory_order_acquire);
-  }
-  uint64_t nowNs() const {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now().time_since_epoch())
-                                     .count());
-  }
-  bool aborted(const volatile uint32_t* w) const {
-    return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(w)).load(std::memory_order_acquire) !=
-           0;
-  }
-  // Spin briefly, then yield, then sleep: waiting threads leave the core.
-  void pause(uint64_t it) const {
-    if (it < 16) return;
-    if (it < 1024) {
-      sched_yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  void setError(uint32_t* w, uint32_t code) const {
-    uint32_t zero = 0;
-    std::atomic_ref<uint32_t>(*w).compare_exchange_strong(zero, code);
-  }
   void combine(char* out, char* out2, const char* acc, const char* own, uint64_t len,
                bool last) const {
     if (len == 0) return;
@@ -325,7 +293,7 @@ int runCase(const CaseSpec& cs) {
                                         37, 1001, wrap};
   Node node(n, cs.slots, cs.slotBytes);
   const Finish fin{cs.avg, n, cs.dt};
-  const HostPlatform proto{fn, es, fin, nullptr};
+  const HostPlatform proto{{}, fn, es, fin, nullptr};
   int wrong = 0;
   for (size_t c = 0; c < counts.size(); ++c) {
     const uint64_t count = counts[c];
@@ -500,7 +468,7 @@ TEST(DeviceRingLogic, MissingPeerTimesOutWithCode) {
   const std::vector<int> order = {0, 1, 2};
   std::vector<float> in(64, 1.0f), out0(64), out1(64);
   const uint64_t timeout = 50'000'000;  // 50 ms
-  const HostPlatform proto{fn, 4, Finish{}, nullptr};
+  const HostPlatform proto{{}, fn, 4, Finish{}, nullptr};
   const auto t0 = std::chrono::steady_clock::now();
   uint32_t c1 = 0;
   std::thread t([&] {
@@ -531,7 +499,7 @@ TEST(DeviceRingLogic, StuckReceiverTimesOutWaitingForRoom) {
   std::vector<float> in(64, 1.0f), out(64);
   const uint32_t c =
       runRankSerial(node.args(0, {0, 1}, in.data(), out.data(), 64, 4, 1, 50'000'000),
-                    HostPlatform{fn, 4, Finish{}, nullptr});
+                    HostPlatform{{}, fn, 4, Finish{}, nullptr});
   EXPECT_EQ(dc::errorKind(c), kErrTimeout);
   EXPECT_EQ(dc::errorPhase(c), kRingPhaseSpace);
   EXPECT_EQ(dc::errorPeer(c), 1);
@@ -550,7 +518,7 @@ TEST(DeviceRingLogic, AbortWordStopsWaitsAtOnce) {
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 1 alone with a 20 s timeout: only the abort can end its wait.
   const uint32_t c = runRankSerial(node.args(1, order, in.data(), out.data(), 100, 8, 3, kLongNs),
-                                   HostPlatform{fn, 8, Finish{}, nullptr});
+                                   HostPlatform{{}, fn, 8, Finish{}, nullptr});
   aborter.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(dc::errorKind(c), kErrAborted);
@@ -565,7 +533,7 @@ TEST(DeviceRingLogic, RejectsBadArgs) {
   const ReduceFn fn = kernelsFor(MemType::Host)->reduceFn(tideInt8, RedOp::Sum);
   Node node(3, 2, 64);
   std::vector<int8_t> in(10), out(10);
-  const HostPlatform proto{fn, 1, Finish{}, nullptr};
+  const HostPlatform proto{{}, fn, 1, Finish{}, nullptr};
   auto codeOf = [&](RingArgs a) {
     node.errorWord[0] = 0;
     return runRankSerial(a, proto);
@@ -586,125 +554,6 @@ TEST(DeviceRingLogic, RejectsBadArgs) {
   a = good;
   a.elemSize = 3;
   EXPECT_EQ(dc::errorKind(codeOf(a)), kErrBadArgs);
-}
-
-// ---- Algorithm choice (device_algo_choice.h) ------------------------------------
-
-const PathType kClasses[] = {PathType::SameGpu, PathType::NVLink, PathType::PciSwitch,
-                             PathType::PciHostBridge, PathType::SameNuma};
-
-// The smallest power-of-two size (8 B .. 4 GiB) that picks the ring, or 0.
-uint64_t ringFrom(int n, PathType path, int rpg) {
-  for (uint64_t b = 8; b <= (uint64_t{4} << 30); b *= 2) {
-    if (chooseDeviceAllReduce(b, n, path, rpg) == DeviceAlgo::kRing) return b;
-  }
-  return 0;
-}
-
-TEST(DeviceAlgoChoice, MonotoneInSizeAndDeterministic) {
-  for (PathType path : kClasses) {
-    for (int n = 1; n <= kMaxRanks; ++n) {
-      for (int rpg = 1; rpg <= n; ++rpg) {
-        int last = 0;
-        for (uint64_t b = 0; b <= (uint64_t{4} << 30); b = b < 8 ? b + 1 : b + b / 3) {
-          const DeviceAlgo a = chooseDeviceAllReduce(b, n, path, rpg);
-          ASSERT_EQ(a, chooseDeviceAllReduce(b, n, path, rpg));
-          ASSERT_GE(static_cast<int>(a), last) << pathName(path) << " n " << n << " rpg " << rpg
-                                               << " bytes " << b << " " << deviceAlgoName(a);
-          last = static_cast<int>(a);
-        }
-        EXPECT_EQ(chooseDeviceAllReduce(8, n, path, rpg), DeviceAlgo::kOneShot);
-        if (n > 1) {
-          EXPECT_EQ(chooseDeviceAllReduce(uint64_t{1} << 30, n, path, rpg), DeviceAlgo::kRing)
-              << pathName(path) << " n " << n;
-        }
-      }
-    }
-  }
-}
-
-TEST(DeviceAlgoChoice, PcieSwitchesToRingEarlierThanNvlink) {
-  for (int n = 2; n <= kMaxRanks; ++n) {
-    const uint64_t nvl = ringFrom(n, PathType::NVLink, 1);
-    const uint64_t sw = ringFrom(n, PathType::PciSwitch, 1);
-    const uint64_t hb = ringFrom(n, PathType::PciHostBridge, 1);
-    ASSERT_GT(nvl, 0u);
-    EXPECT_LT(sw, nvl) << n;
-    EXPECT_LE(hb, sw) << n;
-  }
-  // Medium sizes on NVLink with 8 ranks: two-shot.
-  EXPECT_EQ(chooseDeviceAllReduce(1 << 20, 8, PathType::NVLink, 1), DeviceAlgo::kTwoShot);
-}
-
-TEST(DeviceAlgoChoice, TopoFacts) {
-  CommTopo topo;
-  topo.nranks = 4;
-  // Ranks 0 and 1 share a GPU; the GPUs talk over NVLink, rank 3 over PCIe.
-  topo.path.assign(16, PathType::NVLink);
-  for (int r = 0; r < 4; ++r) topo.path[r * 4 + r] = PathType::Self;
-  topo.path[0 * 4 + 1] = topo.path[1 * 4 + 0] = PathType::SameGpu;
-  PathType slowest;
-  int rpg = 0;
-  deviceTopoFacts(topo, {0, 1, 2}, &slowest, &rpg);
-  EXPECT_EQ(slowest, PathType::NVLink);
-  EXPECT_EQ(rpg, 2);
-  deviceTopoFacts(topo, {0, 1}, &slowest, &rpg);
-  EXPECT_EQ(slowest, PathType::SameGpu);
-  topo.path[2 * 4 + 3] = topo.path[3 * 4 + 2] = PathType::PciHostBridge;
-  deviceTopoFacts(topo, {0, 1, 2, 3}, &slowest, &rpg);
-  EXPECT_EQ(slowest, PathType::PciHostBridge);
-  EXPECT_EQ(rpg, 2);
-}
-
-TEST(DeviceAlgoChoice, ParseKnobText) {
-  DeviceAlgo a = DeviceAlgo::kRing;
-  EXPECT_TRUE(parseDeviceAlgo("", &a));
-  EXPECT_EQ(a, DeviceAlgo::kAuto);
-  EXPECT_TRUE(parseDeviceAlgo("auto", &a));
-  EXPECT_EQ(a, DeviceAlgo::kAuto);
-  EXPECT_TRUE(parseDeviceAlgo("oneshot", &a));
-  EXPECT_EQ(a, DeviceAlgo::kOneShot);
-  EXPECT_TRUE(parseDeviceAlgo("Two-Shot", &a));
-  EXPECT_EQ(a, DeviceAlgo::kTwoShot);
-  EXPECT_TRUE(parseDeviceAlgo("RING", &a));
-  EXPECT_EQ(a, DeviceAlgo::kRing);
-  a = DeviceAlgo::kOneShot;
-  EXPECT_FALSE(parseDeviceAlgo("tree", &a));
-  EXPECT_FALSE(parseDeviceAlgo("rings", &a));
-  EXPECT_EQ(a, DeviceAlgo::kOneShot);  // untouched on failure
-  for (DeviceAlgo x :
-       {DeviceAlgo::kAuto, DeviceAlgo::kOneShot, DeviceAlgo::kTwoShot, DeviceAlgo::kRing}) {
-    DeviceAlgo back = DeviceAlgo::kAuto;
-    ASSERT_TRUE(parseDeviceAlgo(deviceAlgoName(x), &back)) << deviceAlgoName(x);
-    EXPECT_EQ(back, x);
-  }
-}
-
-TEST(DeviceAlgoChoice, PickHonoursForcedAndOneShotOverride) {
-  DeviceChoiceFacts f;
-  f.slowest = PathType::NVLink;
-  for (uint64_t b : {uint64_t{8}, uint64_t{1} << 20, uint64_t{1} << 30}) {
-    // Forced: always that kernel, whatever the size.
-    for (DeviceAlgo x : {DeviceAlgo::kOneShot, DeviceAlgo::kTwoShot, DeviceAlgo::kRing}) {
-      EXPECT_EQ(pickDeviceAllReduce(x, b, 4, f), x);
-    }
-    // Auto without override: exactly the model.
-    EXPECT_EQ(pickDeviceAllReduce(DeviceAlgo::kAuto, b, 4, f),
-              chooseDeviceAllReduce(b, 4, f.slowest, f.ranksPerGpu));
-  }
-  // The override moves the one-/two-shot boundary but never replaces the ring.
-  f.oneShotMax = 4096;
-  EXPECT_EQ(pickDeviceAllReduce(DeviceAlgo::kAuto, 4096, 4, f), DeviceAlgo::kOneShot);
-  EXPECT_EQ(pickDeviceAllReduce(DeviceAlgo::kAuto, 4097, 4, f), DeviceAlgo::kTwoShot);
-  EXPECT_EQ(pickDeviceAllReduce(DeviceAlgo::kAuto, uint64_t{1} << 30, 4, f), DeviceAlgo::kRing);
-  // Never kAuto, for every class and size.
-  f.oneShotMax = ~uint64_t{0};
-  for (PathType path : kClasses) {
-    f.slowest = path;
-    for (uint64_t b = 1; b <= (uint64_t{1} << 32); b *= 4) {
-      EXPECT_NE(pickDeviceAllReduce(DeviceAlgo::kAuto, b, 8, f), DeviceAlgo::kAuto);
-    }
-  }
 }
 
 }  // namespace
