@@ -191,6 +191,19 @@ typedef struct {
  * conformance tests; applications normally never need it. */
 tideResult_t tideNetGet(const char* name, const tideNet_v1_t** net);
 
+/* Exports a dma-buf file descriptor covering [ptr, ptr + size) of CUDA device
+ * memory, for nets that register GPU memory with a dma-buf (regMr with
+ * TIDE_NET_PTR_DMABUF; e.g. ibv_reg_dmabuf_mr(pd, *offset, size, iova, *fd,
+ * access)). The exported range is the host-page-aligned range around the
+ * buffer, within its allocation; *offset = ptr - range start. The caller owns
+ * *fd and closes it (a registration made from it stays valid after close).
+ * Returns tideInvalidArgument for memory that is not CUDA device memory (or a
+ * zero size, or null arguments), tideSystemError when no GPU is usable or the
+ * driver or GPU lacks dma-buf export (cuMemGetHandleForAddressRange, CUDA
+ * 11.7+; the reason is logged at INFO), tideSuccess otherwise. Thread-safe;
+ * makes a CUDA context current on the calling thread if it has none. */
+tideResult_t tideNetDmaBufFd(const void* ptr, size_t size, int* fd, uint64_t* offset);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

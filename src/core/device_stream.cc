@@ -315,13 +315,22 @@ Status prepare(std::vector<OpDesc>& ops, std::unique_ptr<Entry>* out) {
     bool inDev = false, outDev = false, writeBack = true;
   };
   std::vector<Plan> plans(ops.size());
-  size_t total = kAlign;
+  std::vector<bool> p2pDev(ops.size(), false), direct;
   for (size_t i = 0; i < ops.size(); ++i) {
     Plan& p = plans[i];
     const CollArgs& a = ops[i].args;
     opBytes(ops[i], &p.in, &p.out, &p.writeBack);
     p.inDev = p.in > 0 && cuda::isDevicePointer(a.sendbuff);
     p.outDev = p.out > 0 && cuda::isDevicePointer(a.recvbuff);
+    p2pDev[i] = a.type == CollType::Send ? p.inDev : a.type == CollType::Recv && p.outDev;
+  }
+  // GPUDirect RDMA: these ops keep their device buffers (no slot region, no
+  // copies); the proxy posts them directly, still in stream order.
+  devstream::planGdr(ops, p2pDev, &direct);
+  size_t total = kAlign;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Plan& p = plans[i];
+    if (direct[i]) p.inDev = p.outDev = false;
     if (p.inDev) {
       p.inOff = total;
       total += alignUp(p.in);
@@ -346,6 +355,7 @@ Status prepare(std::vector<OpDesc>& ops, std::unique_ptr<Entry>* out) {
     const Plan& p = plans[i];
     auto s = reinterpret_cast<CuStream>(op.stream);
     CollArgs& a = op.args;
+    if (direct[i]) a.mem = MemType::Device;
     if (p.inDev) {
       e->ins.push_back({s, m.dev + p.inOff, reinterpret_cast<CuDevPtr>(a.sendbuff), p.in});
       a.sendbuff = m.host + p.inOff;

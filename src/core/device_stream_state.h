@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -95,6 +96,7 @@ struct CommState {
   std::vector<SlotMem> mem;
   std::map<Entry*, std::unique_ptr<Entry>> live;
   std::thread proxy;
+  std::set<int> gdrWarned;  // peers warned about under TIDE_NET_GDR=1 (under mu)
 };
 
 // The state of `comm`, made (with its proxy thread) on first use. Thread-safe.
@@ -103,6 +105,13 @@ CommState* stateOf(tideComm* comm);
 CommState* findState(tideComm* comm);
 // Open device All-Reduce engines of the process (0: nothing to poll).
 extern std::atomic<int> gEngines;
+
+// GPUDirect RDMA plan of `ops` (core/device_stream_gdr.cc): (*direct)[i] when
+// op i posts its device buffer straight to its peer's connection; `isDev[i]`:
+// whether op i's Send/Recv buffer is device memory. Logs the TIDE_NET_GDR=1
+// warnings. Thread-safe.
+void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev,
+             std::vector<bool>* direct);
 
 // A driver call's failure as a Status naming `what`.
 Status driverError(const char* what, int rc);

@@ -129,7 +129,15 @@ Pending ExecCtx::post(int peer, bool isSend, const void* sbuf, void* rbuf, size_
     setError(internalError("no connection to rank %d", peer));
     return p;
   }
-  Status s = isSend ? c->postSend(sbuf, bytes, &p.ticket) : c->postRecv(rbuf, bytes, rr, &p.ticket);
+  // Device buffers (GPUDirect RDMA, planned in core/device_stream.cc) go
+  // through the memory-typed posts; host buffers take the plain ones.
+  Status s;
+  if (args_.mem == MemType::Host) {
+    s = isSend ? c->postSend(sbuf, bytes, &p.ticket) : c->postRecv(rbuf, bytes, rr, &p.ticket);
+  } else {
+    s = isSend ? c->postSendMem(sbuf, bytes, args_.mem, &p.ticket)
+               : c->postRecvMem(rbuf, bytes, rr, args_.mem, &p.ticket);
+  }
   if (!s.ok()) {
     setError(std::move(s));
     return p;

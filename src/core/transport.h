@@ -92,6 +92,26 @@ class Connection {
   virtual bool pollForWrite() const { return false; }
   // True while posted work is not complete (used to decide how to wait).
   virtual bool busy() const = 0;
+
+  // ---- Device memory (GPUDirect RDMA) ----
+  // TIDE_NET_PTR_DEVICE / TIDE_NET_PTR_DMABUF bits (include/tide/net.h) when
+  // this connection accepts device pointers in postSendMem/postRecvMem; 0
+  // (the default): host memory only. Constant for the connection's life;
+  // thread-safe (read by the thread that plans CUDA-stream operations).
+  virtual int devicePtrSupport() const { return 0; }
+  // As postSend / postRecv for memory of kind `mem`. MemType::Host forwards to
+  // them; MemType::Device is refused (tideInternalError) unless
+  // devicePtrSupport() != 0, and a reducing receive into device memory is
+  // always refused (the planner never makes one).
+  virtual Status postSendMem(const void* buf, size_t bytes, MemType mem, uint64_t* ticket) {
+    if (mem == MemType::Host) return postSend(buf, bytes, ticket);
+    return internalError("this transport cannot send from device memory");
+  }
+  virtual Status postRecvMem(void* buf, size_t bytes, const RecvReduce* rr, MemType mem,
+                             uint64_t* ticket) {
+    if (mem == MemType::Host) return postRecv(buf, bytes, rr, ticket);
+    return internalError("this transport cannot receive into device memory");
+  }
 };
 
 // ---- Setup --------------------------------------------------------------------------

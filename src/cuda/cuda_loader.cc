@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -90,6 +91,11 @@ bool resolveAll(void* lib, DriverApi* a, std::string* missing) {
   resolve(lib, &a->cuStreamWriteValue32, "cuStreamWriteValue32", "cuStreamWriteValue32_v2");
   resolve(lib, &a->cuStreamIsCapturing, "cuStreamIsCapturing");
   resolve(lib, &a->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+  resolve(lib, &a->cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange");
+  resolve(lib, &a->cuEventCreate, "cuEventCreate");
+  resolve(lib, &a->cuEventRecord, "cuEventRecord");
+  resolve(lib, &a->cuEventQuery, "cuEventQuery");
+  resolve(lib, &a->cuEventDestroy, "cuEventDestroy", "cuEventDestroy_v2");
   return ok;
 }
 
@@ -210,6 +216,93 @@ bool isDevicePointer(const void* ptr) {
   const int rc =
       api->cuPointerGetAttribute(&type, kPointerAttrMemoryType, reinterpret_cast<CuDevPtr>(ptr));
   return rc == kCudaSuccess && static_cast<int>(type) == kMemoryTypeDevice;
+}
+
+bool dmaBufRange(uint64_t ptr, size_t size, uint64_t allocStart, uint64_t allocSize, uint64_t page,
+                 uint64_t* start, uint64_t* len) {
+  if (size == 0 || page == 0 || (page & (page - 1)) != 0) return false;
+  if (ptr + size < ptr) return false;
+  const uint64_t lo = ptr & ~(page - 1);
+  const uint64_t end = ptr + size;
+  const uint64_t hi = (end + page - 1) & ~(page - 1);
+  if (hi < end) return false;  // wrapped
+  if (allocSize != 0 && (ptr < allocStart || end > allocStart + allocSize)) return false;
+  *start = lo;
+  *len = hi - lo;
+  return true;
+}
+
+bool dmaBufSupported(int ordinal) {
+  const DriverApi* api = driver();
+  if (api == nullptr || api->cuMemGetHandleForAddressRange == nullptr) return false;
+  static std::atomic<int> cache[17];  // 0 unknown, 1 yes, 2 no; [16]: any device
+  const int slot = ordinal < 0 || ordinal >= 16 ? 16 : ordinal;
+  int c = cache[slot].load(std::memory_order_acquire);
+  if (c != 0) return c == 1;
+  bool yes = false;
+  const int first = ordinal < 0 ? 0 : ordinal;
+  const int last = ordinal < 0 ? probeGpu().deviceCount - 1 : ordinal;
+  for (int d = first; d <= last && !yes; ++d) {
+    int dev = 0, v = 0;
+    yes = api->cuDeviceGet(&dev, d) == kCudaSuccess &&
+          api->cuDeviceGetAttribute(&v, kAttrDmaBufSupported, dev) == kCudaSuccess && v != 0;
+  }
+  cache[slot].store(yes ? 1 : 2, std::memory_order_release);
+  return yes;
+}
+
+DmaBufResult exportDmaBuf(const void* ptr, size_t size, int* fd, uint64_t* offset,
+                          std::string* why) {
+  const DriverApi* api = driver();
+  if (api == nullptr) {
+    *why = probeGpu().detail;
+    return DmaBufResult::kUnsupported;
+  }
+  if (api->cuMemGetHandleForAddressRange == nullptr) {
+    *why = "the CUDA driver lacks cuMemGetHandleForAddressRange";
+    return DmaBufResult::kUnsupported;
+  }
+  if (!isDevicePointer(ptr)) {
+    *why = "not CUDA device memory";
+    return DmaBufResult::kNotDevice;
+  }
+  std::string ctxWhy;
+  if (ensureContext(&ctxWhy) < 0) {
+    *why = ctxWhy;
+    return DmaBufResult::kFailed;
+  }
+  const auto p = reinterpret_cast<CuDevPtr>(ptr);
+  CuDevPtr allocStart = 0;
+  size_t allocSize = 0;
+  if (api->cuPointerGetAttribute(&allocStart, kPointerAttrRangeStart, p) != kCudaSuccess ||
+      api->cuPointerGetAttribute(&allocSize, kPointerAttrRangeSize, p) != kCudaSuccess) {
+    allocStart = 0;
+    allocSize = 0;
+  }
+  int ordinal = -1;
+  if (api->cuPointerGetAttribute(&ordinal, kPointerAttrDeviceOrdinal, p) != kCudaSuccess) {
+    ordinal = -1;
+  }
+  if (!dmaBufSupported(ordinal)) {
+    *why = "the GPU does not support dma-buf export (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)";
+    return DmaBufResult::kUnsupported;
+  }
+  const long pg = sysconf(_SC_PAGESIZE);
+  uint64_t start = 0, len = 0;
+  if (!dmaBufRange(p, size, allocStart, allocSize, pg > 0 ? static_cast<uint64_t>(pg) : 4096,
+                   &start, &len)) {
+    *why = "range is empty or outside its allocation";
+    return DmaBufResult::kNotDevice;
+  }
+  int out = -1;
+  const int rc = api->cuMemGetHandleForAddressRange(&out, start, len, kMemRangeHandleDmaBufFd, 0);
+  if (rc != kCudaSuccess || out < 0) {
+    *why = "cuMemGetHandleForAddressRange: " + driverErrorString(rc);
+    return DmaBufResult::kFailed;
+  }
+  *fd = out;
+  *offset = p - start;
+  return DmaBufResult::kOk;
 }
 
 int ensureContext(std::string* why) {

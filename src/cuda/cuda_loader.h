@@ -44,6 +44,7 @@ using CuCtx = void*;
 using CuModule = void*;
 using CuFunction = void*;
 using CuStream = void*;
+using CuEvent = void*;
 using CuDevPtr = unsigned long long;
 // CUipcMemHandle: 64 opaque bytes, passed by value.
 struct CuIpcMemHandle {
@@ -93,6 +94,17 @@ struct DriverApi {
                               unsigned flags);               // cuStreamWriteValue32_v2
   int (*cuStreamIsCapturing)(CuStream stream, int* status);  // CUstreamCaptureStatus
   int (*cuThreadExchangeStreamCaptureMode)(int* mode);       // CUstreamCaptureMode
+  // Events marking the engine's last launch on each stream (device_coll.cc),
+  // so close() never queries a stream the application may have destroyed.
+  // Optional: without them close() does not wait for the streams.
+  int (*cuEventCreate)(CuEvent* event, unsigned int flags);
+  int (*cuEventRecord)(CuEvent event, CuStream stream);
+  int (*cuEventQuery)(CuEvent event);
+  int (*cuEventDestroy)(CuEvent event);  // cuEventDestroy_v2
+  // GPUDirect RDMA through dma-buf (CUDA 11.7+). Optional: null means the
+  // driver cannot export device memory as a dma-buf.
+  int (*cuMemGetHandleForAddressRange)(void* handle, CuDevPtr ptr, size_t size, int handleType,
+                                       unsigned long long flags);
 };
 
 // Null unless probeGpu() says kUsable.
@@ -111,6 +123,7 @@ inline constexpr int kPointerAttrMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY
 inline constexpr int kMemoryTypeDevice = 2;       // CU_MEMORYTYPE_DEVICE
 inline constexpr int kAttrMultiprocessorCount = 16;
 inline constexpr unsigned kStreamNonBlocking = 1;        // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventDisableTiming = 2;       // CU_EVENT_DISABLE_TIMING
 inline constexpr unsigned kMemHostAllocPortable = 1;     // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kMemHostAllocDeviceMap = 2;    // CU_MEMHOSTALLOC_DEVICEMAP
 inline constexpr unsigned kIpcLazyEnablePeerAccess = 1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
@@ -118,10 +131,30 @@ inline constexpr unsigned kStreamWaitValueEq = 1;        // CU_STREAM_WAIT_VALUE
 inline constexpr int kCaptureStatusNone = 0;             // CU_STREAM_CAPTURE_STATUS_NONE
 inline constexpr int kCaptureStatusActive = 1;           // CU_STREAM_CAPTURE_STATUS_ACTIVE
 inline constexpr int kCaptureModeRelaxed = 2;            // CU_STREAM_CAPTURE_MODE_RELAXED
+inline constexpr int kPointerAttrRangeStart = 11;        // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+inline constexpr int kPointerAttrRangeSize = 12;         // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+inline constexpr int kPointerAttrDeviceOrdinal = 9;      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+inline constexpr int kAttrDmaBufSupported = 124;         // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+inline constexpr int kMemRangeHandleDmaBufFd = 1;        // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 
 // True when `ptr` is device memory (cudaMalloc / cuMemAlloc / VMM) of any
 // context. False for host memory, unknown pointers and when no GPU is usable.
 bool isDevicePointer(const void* ptr);
+
+// dma-buf export of device memory (GPUDirect RDMA, include/tide/net.h's
+// tideNetDmaBufFd). kOk: *fd covers the host-page-aligned range around
+// [ptr, ptr + size) and *offset = ptr - range start; the caller closes *fd.
+enum class DmaBufResult { kOk, kNotDevice, kUnsupported, kFailed };
+DmaBufResult exportDmaBuf(const void* ptr, size_t size, int* fd, uint64_t* offset,
+                          std::string* why);
+// Pure part of exportDmaBuf: the page-aligned range [*start, *start + *len)
+// covering [ptr, ptr + size) within the allocation [allocStart, allocStart +
+// allocSize) (allocSize 0: unknown, not clamped). False when it does not fit.
+bool dmaBufRange(uint64_t ptr, size_t size, uint64_t allocStart, uint64_t allocSize, uint64_t page,
+                 uint64_t* start, uint64_t* len);
+// True when the driver has the export call and device `ordinal` (-1: any
+// visible device) reports dma-buf support. Probes the driver; cached.
+bool dmaBufSupported(int ordinal);
 
 // Makes the primary context of the calling thread's current device (device 0
 // when the thread has none) current. Returns the device ordinal, or -1 and

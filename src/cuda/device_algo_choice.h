@@ -7,15 +7,20 @@
 // Model, for B bytes per rank, n ranks, per-rank link bandwidth W (GB/s,
 // the link class's bandwidth divided by the ranks sharing one GPU), link
 // latency L (us), all-to-all efficiency E and local copy bandwidth C:
-//   one-shot  L          + (n-1) B / (E W)           + B / C   (copy-in)
-//   two-shot  2 L        + 2 (n-1)/n B / (E W)       + B / C   (copy-in)
-//   ring      2 (n-1) L  + 2 (n-1)/n B / W
+//   one-shot  L          + (n-1) B / (E W)           [+ B / C  copy-in]
+//   two-shot  2 L        + 2 (n-1)/n B / (E W)       [+ B / C  copy-in]
+//   ring      2 (n-1) L  + F 2 (n-1)/n B / W
 // One- and two-shot read from every peer at once (all-to-all: PCIe trees
-// share their up-links, hence E < 1) and copy the input into scratch first;
-// the ring only talks to its neighbours and streams through bounded FIFOs,
-// but pays one link latency per pipeline hop. Intercepts grow and slopes
-// shrink from one-shot to ring, so the choice only moves towards the ring as
-// B grows; ties go to the earlier algorithm in that order.
+// share their up-links, hence E < 1); in scratch mode (ranks in separate
+// processes) they copy the input into scratch first, in direct mode (ranks
+// as threads of one process) they read the peers' buffers as they are. The
+// ring only talks to its neighbours and streams through bounded FIFOs, but
+// pays one link latency per pipeline hop. F = 2 when all ranks share one GPU
+// (every byte is written into the neighbour's FIFO and read back out of the
+// same memory, where two-shot reads it once), else 1: on one GPU the ring
+// never wins. Intercepts grow and slopes shrink from one-shot to ring, so the
+// choice only moves towards the ring as B grows; ties go to the earlier
+// algorithm in that order.
 #pragma once
 
 #include <cctype>
@@ -111,21 +116,24 @@ inline DeviceLinkClass deviceLinkClass(PathType slowest) {
 
 // Predicted microseconds of `algo` (see the model above). ranksPerGpu >= 1:
 // the most ranks sharing one GPU (they share its links and its memory).
+// copyIn: one- and two-shot copy the input into scratch first (scratch mode).
 inline double predictDeviceAllReduceUs(DeviceAlgo algo, uint64_t bytes, int nranks,
-                                       PathType slowest, int ranksPerGpu) {
+                                       PathType slowest, int ranksPerGpu, bool copyIn = true) {
   const DeviceLinkClass lc = deviceLinkClass(slowest);
   const double share = ranksPerGpu > 1 ? ranksPerGpu : 1;
   const double w = lc.bandwidthGBs * 1e3 / share;  // bytes per us
   const double copy = kLocalCopyGBs * 1e3 / share;
   const double b = static_cast<double>(bytes);
   const double n = nranks > 1 ? nranks : 1;
+  const double in = copyIn ? b / copy : 0;
+  const double fifo = slowest == PathType::SameGpu || slowest == PathType::Self ? 2 : 1;
   switch (algo) {
     case DeviceAlgo::kOneShot:
-      return lc.latencyUs + (n - 1) * b / (lc.allToAllEff * w) + b / copy;
+      return lc.latencyUs + (n - 1) * b / (lc.allToAllEff * w) + in;
     case DeviceAlgo::kTwoShot:
-      return 2 * lc.latencyUs + 2 * (n - 1) / n * b / (lc.allToAllEff * w) + b / copy;
+      return 2 * lc.latencyUs + 2 * (n - 1) / n * b / (lc.allToAllEff * w) + in;
     case DeviceAlgo::kRing:
-      return 2 * (n - 1) * lc.latencyUs + 2 * (n - 1) / n * b / w;
+      return 2 * (n - 1) * lc.latencyUs + fifo * 2 * (n - 1) / n * b / w;
     case DeviceAlgo::kAuto:
       break;
   }
@@ -135,12 +143,12 @@ inline double predictDeviceAllReduceUs(DeviceAlgo algo, uint64_t bytes, int nran
 // The algorithm with the smallest prediction; ties and a single rank give
 // the earlier of one-shot, two-shot, ring.
 inline DeviceAlgo chooseDeviceAllReduce(uint64_t bytes, int nranks, PathType slowest,
-                                        int ranksPerGpu) {
+                                        int ranksPerGpu, bool copyIn = true) {
   if (nranks <= 1) return DeviceAlgo::kOneShot;
   DeviceAlgo best = DeviceAlgo::kOneShot;
-  double bestUs = predictDeviceAllReduceUs(best, bytes, nranks, slowest, ranksPerGpu);
+  double bestUs = predictDeviceAllReduceUs(best, bytes, nranks, slowest, ranksPerGpu, copyIn);
   for (DeviceAlgo a : {DeviceAlgo::kTwoShot, DeviceAlgo::kRing}) {
-    const double us = predictDeviceAllReduceUs(a, bytes, nranks, slowest, ranksPerGpu);
+    const double us = predictDeviceAllReduceUs(a, bytes, nranks, slowest, ranksPerGpu, copyIn);
     if (us < bestUs) {
       best = a;
       bestUs = us;
@@ -174,6 +182,7 @@ inline void deviceTopoFacts(const CommTopo& topo, const std::vector<int>& ranks,
 struct DeviceChoiceFacts {
   PathType slowest = PathType::SameGpu;  // slowest path between the node's ranks
   int ranksPerGpu = 1;                   // most ranks sharing one GPU
+  bool direct = false;                   // direct mode: no copy-in before one-/two-shot
   // Explicit one-shot/two-shot boundary (TIDE_P2P_ONESHOT_MAX set by the
   // user): when the model does not pick the ring, bytes <= this run one-shot,
   // larger two-shot. ~0: no override, the model decides.
@@ -185,7 +194,7 @@ struct DeviceChoiceFacts {
 inline DeviceAlgo pickDeviceAllReduce(DeviceAlgo forced, uint64_t bytes, int nranks,
                                       const DeviceChoiceFacts& f) {
   if (forced != DeviceAlgo::kAuto) return forced;
-  const DeviceAlgo c = chooseDeviceAllReduce(bytes, nranks, f.slowest, f.ranksPerGpu);
+  const DeviceAlgo c = chooseDeviceAllReduce(bytes, nranks, f.slowest, f.ranksPerGpu, !f.direct);
   if (c == DeviceAlgo::kRing || f.oneShotMax == ~uint64_t{0}) return c;
   return bytes <= f.oneShotMax ? DeviceAlgo::kOneShot : DeviceAlgo::kTwoShot;
 }

@@ -21,6 +21,7 @@
 namespace {
 
 namespace dc = tide::cuda::dc;
+using tide::cuda::dev::kUnroll;
 
 template <class Codec, class Op, bool kAvg>
 struct DevicePlatform : tide::cuda::dev::BlockPlatform {
@@ -46,7 +47,41 @@ struct DevicePlatform : tide::cuda::dev::BlockPlatform {
     for (int k = 0; k < n; ++k) vec = vec && aligned16(ins[k]);
     const uint64_t nVec = vec ? (r.hi - r.lo) / kVec : 0;
     const uint64_t v0 = r.lo / kVec;
-    for (uint64_t v = v0 + threadIdx.x; v < v0 + nVec; v += blockDim.x) {
+    const uint64_t vEnd = v0 + nVec;
+    const uint64_t stride = blockDim.x;
+    // kUnroll vectors per thread per round, every load issued before the
+    // first store, so each thread keeps kUnroll x 16 bytes in flight per
+    // input; the rest one vector at a time.
+    uint64_t v = v0 + threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < vEnd; v += kUnroll * stride) {
+      Vec<S> acc[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        acc[u].v = reinterpret_cast<const uint4*>(ins[0])[v + u * stride];
+      for (int k = 1; k < n; ++k) {
+        Vec<S> x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          x[u].v = reinterpret_cast<const uint4*>(ins[k])[v + u * stride];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (uint64_t j = 0; j < kVec; ++j)
+            acc[u].s[j] = combine<Codec, Op>(acc[u].s[j], x[u].s[j]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if constexpr (kAvg) {
+#pragma unroll
+          for (uint64_t j = 0; j < kVec; ++j)
+            acc[u].s[j] = tide::cuda::dev::finishAvg<Codec, kAvg>(acc[u].s[j], nranks);
+        }
+        reinterpret_cast<uint4*>(o)[v + u * stride] = acc[u].v;
+        if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v + u * stride] = acc[u].v;
+      }
+    }
+    for (; v < vEnd; v += stride) {
       Vec<S> acc, x;
       acc.v = reinterpret_cast<const uint4*>(ins[0])[v];
       for (int k = 1; k < n; ++k) {
@@ -79,9 +114,18 @@ struct DevicePlatform : tide::cuda::dev::BlockPlatform {
     const S* s = reinterpret_cast<const S*>(src);
     const uint64_t nVec = aligned16(d) && aligned16(s) ? (r.hi - r.lo) / kVec : 0;
     const uint64_t v0 = r.lo / kVec;
-    for (uint64_t v = v0 + threadIdx.x; v < v0 + nVec; v += blockDim.x) {
-      reinterpret_cast<uint4*>(d)[v] = reinterpret_cast<const uint4*>(s)[v];
+    const uint64_t vEnd = v0 + nVec;
+    const uint64_t stride = blockDim.x;
+    uint64_t v = v0 + threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < vEnd; v += kUnroll * stride) {  // loads, then stores
+      uint4 t[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) t[u] = reinterpret_cast<const uint4*>(s)[v + u * stride];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) reinterpret_cast<uint4*>(d)[v + u * stride] = t[u];
     }
+    for (; v < vEnd; v += stride)
+      reinterpret_cast<uint4*>(d)[v] = reinterpret_cast<const uint4*>(s)[v];
     for (uint64_t i = r.lo + nVec * kVec + threadIdx.x; i < r.hi; i += blockDim.x) d[i] = s[i];
   }
 };

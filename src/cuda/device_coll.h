@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -156,7 +157,7 @@ class DeviceAllReduce {
  private:
   DeviceAllReduce() = default;
   Status errorStatus(uint32_t code) const;
-  // Common checks of every call: open, no sticky error; remembers `stream`.
+  // Common checks of every call: open, no sticky error.
   Status begin(CuStream stream);
   // The Args fields every call shares (rank, peers, words, timeout).
   void fillCommon(void* args) const;
@@ -170,12 +171,13 @@ class DeviceAllReduce {
   // Peer r's ring region at `addr` in its process: the pointer itself for
   // the same process, else opened from `handle` (null: r could not export).
   Status mapRing(int r, uint64_t addr, bool sameProcess, const CuIpcMemHandle* handle);
-  // The ring All-Reduce: one launch of the ring kernel (module loaded on
-  // first use).
+  // The ring All-Reduce: one launch of the ring kernel.
   Status ringAllReduce(const char* in, char* out, size_t count, tideDataType_t dtype, int fnIndex,
                        CuStream stream);
   // One kernel launch; a failure makes the engine unusable (sticky).
   Status launch(void* fn, void* args, int nblocks, CuStream stream);
+  // Records `stream`'s event after a launch (not under capture).
+  void noteLaunch(CuStream stream);
   void release();
 
   int rank_ = 0;
@@ -189,7 +191,7 @@ class DeviceAllReduce {
   unsigned loggedAlgos_ = 0;  // algorithms already logged (bit per DeviceAlgo)
   uint64_t timeoutNs_ = 0;
   void* module_ = nullptr;      // per-context module (shared, never unloaded)
-  void* ringModule_ = nullptr;  // per-context ring module, loaded on first ring call
+  void* ringModule_ = nullptr;  // per-context ring module, loaded with the ring region
   uint32_t ringSlots_ = 4;
   uint32_t ringSlotBytes_ = 64 << 10;
   std::vector<int> ringOrder_;     // position -> rank
@@ -203,8 +205,11 @@ class DeviceAllReduce {
   std::vector<char> ringMapped_;    // 1: peerRing_[r] came from cuIpcOpenMemHandle
   bool closed_ = false;
   bool direct_ = false;
-  std::vector<CuStream> streams_;  // streams used, waited for by close()
-  Status sticky_;                  // first error; every later call returns it
+  // Per stream used outside a capture: an event recorded after the engine's
+  // last launch there, which close() waits for (the event outlives the
+  // stream, which the application may destroy first).
+  std::vector<std::pair<CuStream, CuEvent>> streamEvents_;
+  Status sticky_;  // first error; every later call returns it
 };
 
 }  // namespace tide::cuda

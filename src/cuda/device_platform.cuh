@@ -14,6 +14,11 @@
 
 namespace tide::cuda::dev {
 
+// 16-byte vectors each thread moves per round of a copy or reduction loop,
+// all loads before the stores (memory-level parallelism: one vector per
+// thread in flight leaves the kernels latency-bound).
+inline constexpr int kUnroll = 4;
+
 // Avg: the sum's final value divided by the rank count (integers: truncating
 // division; floats: multiplied by 1/n in the compute type), applied once to
 // the reduced value, so every rank stores the same bits.

@@ -48,7 +48,28 @@ struct RingPlatform : tide::cuda::dev::BlockPlatform {
         aligned16(o) && (o2 == nullptr || aligned16(o2)) && aligned16(x) && aligned16(y);
     const uint64_t nVec = vec ? len / kVec : 0;
     const bool fin = kAvg && last;
-    for (uint64_t v = threadIdx.x; v < nVec; v += blockDim.x) {
+    constexpr int kU = tide::cuda::dev::kUnroll;
+    const uint64_t stride = blockDim.x;
+    uint64_t v = threadIdx.x;
+    for (; v + (kU - 1) * stride < nVec; v += kU * stride) {  // loads, then stores
+      Vec<S> a[kU], b[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        a[u].v = __ldcg(reinterpret_cast<const uint4*>(x) + v + u * stride);
+        b[u].v = reinterpret_cast<const uint4*>(y)[v + u * stride];
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+#pragma unroll
+        for (uint64_t j = 0; j < kVec; ++j) {
+          a[u].s[j] = ::combine<Codec, Op>(a[u].s[j], b[u].s[j]);
+          if (fin) a[u].s[j] = tide::cuda::dev::finishAvg<Codec, kAvg>(a[u].s[j], nranks);
+        }
+        reinterpret_cast<uint4*>(o)[v + u * stride] = a[u].v;
+        if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v + u * stride] = a[u].v;
+      }
+    }
+    for (; v < nVec; v += stride) {
       Vec<S> a, b;
       a.v = __ldcg(reinterpret_cast<const uint4*>(x) + v);
       b.v = reinterpret_cast<const uint4*>(y)[v];
@@ -76,7 +97,21 @@ struct RingPlatform : tide::cuda::dev::BlockPlatform {
     const S* s = reinterpret_cast<const S*>(src);
     const bool vec = aligned16(o) && (o2 == nullptr || aligned16(o2)) && aligned16(s);
     const uint64_t nVec = vec ? len / kVec : 0;
-    for (uint64_t v = threadIdx.x; v < nVec; v += blockDim.x) {
+    constexpr int kU = tide::cuda::dev::kUnroll;
+    const uint64_t stride = blockDim.x;
+    uint64_t v = threadIdx.x;
+    for (; v + (kU - 1) * stride < nVec; v += kU * stride) {  // loads, then stores
+      uint4 d[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        d[u] = __ldcg(reinterpret_cast<const uint4*>(s) + v + u * stride);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        reinterpret_cast<uint4*>(o)[v + u * stride] = d[u];
+        if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v + u * stride] = d[u];
+      }
+    }
+    for (; v < nVec; v += stride) {
       const uint4 d = __ldcg(reinterpret_cast<const uint4*>(s) + v);
       reinterpret_cast<uint4*>(o)[v] = d;
       if (o2 != nullptr) reinterpret_cast<uint4*>(o2)[v] = d;

@@ -20,6 +20,7 @@ struct Cuda {
   int (*memAlloc)(CuDevPtr*, size_t);
   int (*memFree)(CuDevPtr);
   int (*htod)(CuDevPtr, const void*, size_t);
+  int (*htodAsync)(CuDevPtr, const void*, size_t, void*);
   int (*dtoh)(void*, CuDevPtr, size_t);
   int (*streamCreate)(void**, unsigned);
   int (*streamDestroy)(void*);
@@ -50,7 +51,8 @@ inline bool loadCuda(std::string* why) {
             sym(h, &cu.primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
             sym(h, &cu.ctxSetCurrent, "cuCtxSetCurrent") && sym(h, &cu.memAlloc, "cuMemAlloc_v2") &&
             sym(h, &cu.memFree, "cuMemFree_v2") && sym(h, &cu.htod, "cuMemcpyHtoD_v2") &&
-            sym(h, &cu.dtoh, "cuMemcpyDtoH_v2") && sym(h, &cu.streamCreate, "cuStreamCreate") &&
+            sym(h, &cu.htodAsync, "cuMemcpyHtoDAsync_v2") && sym(h, &cu.dtoh, "cuMemcpyDtoH_v2") &&
+            sym(h, &cu.streamCreate, "cuStreamCreate") &&
             sym(h, &cu.streamDestroy, "cuStreamDestroy_v2") &&
             sym(h, &cu.streamQuery, "cuStreamQuery") &&
             sym(h, &cu.beginCapture, "cuStreamBeginCapture_v2") &&
@@ -86,6 +88,13 @@ inline bool syncStream(void* s, double seconds = 120) {
     if (i > 100) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return false;
+}
+
+// Copies `bytes` from host memory to `dst` in order on stream `s` and waits
+// for it: a plain cuMemcpyHtoD from pageable memory may return before the data
+// reaches the GPU, and a non-blocking stream is not ordered after it.
+inline bool htodOn(void* s, CuDevPtr dst, const void* src, size_t bytes) {
+  return cu.htodAsync(dst, src, bytes, s) == 0 && syncStream(s);
 }
 
 }  // namespace gpu_test

@@ -27,6 +27,7 @@ namespace {
 
 using gpu_test::cu;
 using gpu_test::CuDevPtr;
+using gpu_test::htodOn;
 using gpu_test::loadCuda;
 using gpu_test::syncStream;
 
@@ -153,9 +154,9 @@ bool fillInput(Rank& r, Coll c, const Dtype& d, size_t count, int round) {
   shape(c, count, r.n, &nin, &nout);
   std::vector<char> h(nin * d.size);
   for (size_t i = 0; i < nin; ++i) store(h.data(), i, d, inVal(r.rank, i, round));
-  if (cu.htod(r.in, h.data(), h.size()) != 0) return false;
+  if (!htodOn(r.stream, r.in, h.data(), h.size())) return false;
   std::vector<char> z(nout * d.size, 0);
-  return cu.htod(r.out, z.data(), z.size()) == 0;
+  return htodOn(r.stream, r.out, z.data(), z.size());
 }
 
 void check(Rank& r, Coll c, const Dtype& d, size_t count, int round, const char* mode) {

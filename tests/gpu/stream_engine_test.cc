@@ -40,6 +40,7 @@ namespace {
 
 using gpu_test::cu;
 using gpu_test::CuDevPtr;
+using gpu_test::htodOn;
 using gpu_test::loadCuda;
 using gpu_test::syncStream;
 
@@ -150,10 +151,10 @@ struct Rank {
 bool fill(Rank& r, const Dtype& d, tideRedOp_t op, size_t count, int round, bool inPlace) {
   std::vector<char> h(count * d.size);
   for (size_t i = 0; i < count; ++i) put(h.data(), i, d, inVal(d, op, r.rank, i, round));
-  if (cu.htod(r.in, h.data(), h.size()) != 0) return false;
+  if (!htodOn(r.stream, r.in, h.data(), h.size())) return false;
   if (inPlace) return true;
   std::vector<char> z(count * d.size, 0x5a);
-  return cu.htod(r.out, z.data(), z.size()) == 0;
+  return htodOn(r.stream, r.out, z.data(), z.size());
 }
 
 void check(Rank& r, const Dtype& d, tideRedOp_t op, size_t count, int round, bool inPlace,
@@ -242,14 +243,14 @@ bool fillColl(Rank& r, Kind k, const Dtype& d, tideRedOp_t op, size_t count, boo
   const CollBufs b = collBufs(r, k, d, count, inPlace);
   if (!inPlace || k == Kind::kAllGather) {
     std::vector<char> z(b.recvElems * d.size, 0x5a);
-    if (cu.htod(reinterpret_cast<CuDevPtr>(b.recv), z.data(), z.size()) != 0) return false;
+    if (!htodOn(r.stream, reinterpret_cast<CuDevPtr>(b.recv), z.data(), z.size())) return false;
   }
   const int who = k == Kind::kBroadcast ? root : r.rank;
   std::vector<char> h(b.sendElems * d.size);
   for (size_t i = 0; i < b.sendElems; ++i) put(h.data(), i, d, inVal(d, op, who, i, round));
   // A Broadcast non-root's buffer is garbage before the call.
   if (k == Kind::kBroadcast && r.rank != root) memset(h.data(), 0x33, h.size());
-  return cu.htod(reinterpret_cast<CuDevPtr>(b.send), h.data(), h.size()) == 0;
+  return htodOn(r.stream, reinterpret_cast<CuDevPtr>(b.send), h.data(), h.size());
 }
 double wantColl(Kind k, const Dtype& d, tideRedOp_t op, int n, int rank, size_t count, size_t i,
                 int round, int root) {

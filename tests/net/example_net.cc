@@ -9,6 +9,14 @@
 // chunking) sets the advertised maxSize, which isend/irecv then enforce: a
 // byte count with an optional K/M/G suffix, or a comma-separated list whose
 // i-th entry applies to TIDE_RANK i (the last entry to higher ranks).
+//
+// TIDE_EXAMPLE_NET_PTR_DEVICE=1 (tests of the caller's GPUDirect RDMA path
+// on machines without a GPU): the net also advertises TIDE_NET_PTR_DEVICE and
+// registers memory of that type, treating it as host-addressable. regMr then
+// returns a real registration {type, range}; isend/irecv check that a buffer
+// passed with an mhandle lies inside it. The exported counters
+// tideExampleNetRegCount / DeregCount / PostCount (per TIDE_NET_PTR_* type)
+// let a test see what the caller registered and posted.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +28,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -111,11 +120,28 @@ tideResult_t exDevices(int* n) {
   return tideSuccess;
 }
 
+bool deviceOptIn() {
+  const char* v = getenv("TIDE_EXAMPLE_NET_PTR_DEVICE");
+  return v != nullptr && strcmp(v, "1") == 0;
+}
+
+// Registrations, deregistrations and posts with an mhandle, per pointer type
+// (index: TIDE_NET_PTR_HOST 1, DEVICE 2, DMABUF 4).
+std::atomic<int> gRegs[8], gDeregs[8], gPosts[8];
+
+struct Reg {
+  uint32_t magic;
+  int type;
+  const uint8_t* base;
+  size_t size;
+};
+constexpr uint32_t kRegMagic = 0x52454758;
+
 tideResult_t exGetProperties(int dev, tideNetProperties_v1_t* p) {
   if (dev != 0) return tideInvalidArgument;
   *p = tideNetProperties_v1_t{};
   p->name = "example0";
-  p->ptrSupport = TIDE_NET_PTR_HOST;
+  p->ptrSupport = TIDE_NET_PTR_HOST | (deviceOptIn() ? TIDE_NET_PTR_DEVICE : 0);
   p->maxComms = 1024;
   p->maxRecvs = 1;
   p->maxSize = maxSize();
@@ -198,14 +224,37 @@ tideResult_t exAccept(void* listenComm, void** recvComm) {
   return newComm(fd, false, recvComm);
 }
 
-tideResult_t exRegMr(void*, void*, size_t, int type, void** mhandle) {
-  static int dummy;
-  if (type != TIDE_NET_PTR_HOST) return tideInvalidArgument;
-  *mhandle = &dummy;
+tideResult_t exRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return tideInvalidArgument;
+  if (type != TIDE_NET_PTR_HOST && !(type == TIDE_NET_PTR_DEVICE && deviceOptIn())) {
+    return tideInvalidArgument;
+  }
+  *mhandle = new Reg{kRegMagic, type, static_cast<const uint8_t*>(data), size};
+  gRegs[type].fetch_add(1);
   return tideSuccess;
 }
 
-tideResult_t exDeregMr(void*, void*) { return tideSuccess; }
+tideResult_t exDeregMr(void* comm, void* mhandle) {
+  auto* r = static_cast<Reg*>(mhandle);
+  if (comm == nullptr || r == nullptr || r->magic != kRegMagic) return tideInvalidArgument;
+  gDeregs[r->type].fetch_add(1);
+  r->magic = 0;
+  delete r;
+  return tideSuccess;
+}
+
+// A buffer posted with an mhandle must lie inside that registration.
+bool regCovers(void* mhandle, const void* data, size_t size) {
+  if (mhandle == nullptr) return true;
+  auto* r = static_cast<const Reg*>(mhandle);
+  if (r->magic != kRegMagic) return false;
+  auto* p = static_cast<const uint8_t*>(data);
+  if (p < r->base || size > r->size || static_cast<size_t>(p - r->base) > r->size - size) {
+    return false;
+  }
+  gPosts[r->type].fetch_add(1);
+  return true;
+}
 
 tideResult_t post(Comm* c, Request* r, void** request) {
   if (c->err != tideSuccess) {
@@ -218,9 +267,13 @@ tideResult_t post(Comm* c, Request* r, void** request) {
   return tideSuccess;
 }
 
-tideResult_t exIsend(void* sendComm, const void* data, size_t size, int tag, void*,
+tideResult_t exIsend(void* sendComm, const void* data, size_t size, int tag, void* mhandle,
                      void** request) {
   auto* c = static_cast<Comm*>(sendComm);
+  if (!regCovers(mhandle, data, size)) {
+    EX_LOG(TIDE_NET_LOG_WARN, "example net: isend buffer outside its registration");
+    return tideInvalidArgument;
+  }
   if (size > maxSize()) {
     EX_LOG(TIDE_NET_LOG_WARN, "example net: isend of %zu bytes (maxSize %zu)", size, maxSize());
     return tideInvalidArgument;
@@ -231,8 +284,12 @@ tideResult_t exIsend(void* sendComm, const void* data, size_t size, int tag, voi
 }
 
 tideResult_t exIrecv(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
-                     void**, void** request) {
+                     void** mhandles, void** request) {
   if (n != 1) return tideInvalidArgument;
+  if (mhandles != nullptr && !regCovers(mhandles[0], data[0], sizes[0])) {
+    EX_LOG(TIDE_NET_LOG_WARN, "example net: irecv buffer outside its registration");
+    return tideInvalidArgument;
+  }
   if (sizes[0] > maxSize()) {
     EX_LOG(TIDE_NET_LOG_WARN, "example net: irecv of %zu bytes (maxSize %zu)", sizes[0], maxSize());
     return tideInvalidArgument;
@@ -344,3 +401,14 @@ extern "C" __attribute__((visibility("default"))) const tideNet_v1_t tideNetPlug
     "example", exInit,  exDevices, exGetProperties, exListen,    exConnect, exAccept, exRegMr,
     exDeregMr, exIsend, exIrecv,   exTest,          exGetPollFd, exClose,   exClose,  exCloseListen,
 };
+
+// Counters for tests (see the file comment); type is a TIDE_NET_PTR_* value.
+extern "C" __attribute__((visibility("default"))) int tideExampleNetRegCount(int type) {
+  return type > 0 && type < 8 ? gRegs[type].load() : -1;
+}
+extern "C" __attribute__((visibility("default"))) int tideExampleNetDeregCount(int type) {
+  return type > 0 && type < 8 ? gDeregs[type].load() : -1;
+}
+extern "C" __attribute__((visibility("default"))) int tideExampleNetPostCount(int type) {
+  return type > 0 && type < 8 ? gPosts[type].load() : -1;
+}

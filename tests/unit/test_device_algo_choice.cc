@@ -38,9 +38,13 @@ TEST(DeviceAlgoChoice, MonotoneInSizeAndDeterministic) {
           last = static_cast<int>(a);
         }
         EXPECT_EQ(chooseDeviceAllReduce(8, n, path, rpg), DeviceAlgo::kOneShot);
+        // Huge messages: the ring, except on one GPU, where its FIFO traffic
+        // through the same memory makes one-/two-shot cheaper at every size.
         if (n > 1) {
-          EXPECT_EQ(chooseDeviceAllReduce(uint64_t{1} << 30, n, path, rpg), DeviceAlgo::kRing)
-              << pathName(path) << " n " << n;
+          const DeviceAlgo big = chooseDeviceAllReduce(uint64_t{1} << 30, n, path, rpg);
+          EXPECT_TRUE(path == PathType::SameGpu ? big != DeviceAlgo::kRing
+                                                : big == DeviceAlgo::kRing)
+              << pathName(path) << " n " << n << " " << deviceAlgoName(big);
         }
       }
     }
@@ -58,6 +62,40 @@ TEST(DeviceAlgoChoice, PcieSwitchesToRingEarlierThanNvlink) {
   }
   // Medium sizes on NVLink with 8 ranks: two-shot.
   EXPECT_EQ(chooseDeviceAllReduce(1 << 20, 8, PathType::NVLink, 1), DeviceAlgo::kTwoShot);
+}
+
+// Ranks sharing one GPU (the lent H200's set-up): never the ring, in scratch
+// and in direct mode; direct mode (no copy-in) never moves the ring closer.
+TEST(DeviceAlgoChoice, OneGpuNeverRingAndDirectModeNoEarlier) {
+  for (int n = 2; n <= dc::kMaxRanks; ++n) {
+    for (bool copyIn : {true, false}) {
+      for (uint64_t b = 1; b <= (uint64_t{4} << 30); b *= 2) {
+        EXPECT_NE(chooseDeviceAllReduce(b, n, PathType::SameGpu, n, copyIn), DeviceAlgo::kRing)
+            << n << " " << b;
+      }
+    }
+    for (PathType path : {PathType::NVLink, PathType::PciSwitch, PathType::PciHostBridge}) {
+      uint64_t scratchFrom = 0, directFrom = 0;
+      for (uint64_t b = 8; b <= (uint64_t{4} << 30) && !(scratchFrom && directFrom); b *= 2) {
+        if (!scratchFrom && chooseDeviceAllReduce(b, n, path, 1, true) == DeviceAlgo::kRing)
+          scratchFrom = b;
+        if (!directFrom && chooseDeviceAllReduce(b, n, path, 1, false) == DeviceAlgo::kRing)
+          directFrom = b;
+      }
+      EXPECT_GE(directFrom, scratchFrom) << pathName(path) << " n " << n;
+    }
+  }
+  // pickDeviceAllReduce passes the mode on.
+  DeviceChoiceFacts f;
+  f.slowest = PathType::PciSwitch;
+  for (uint64_t b = 8; b <= (uint64_t{1} << 30); b *= 4) {
+    f.direct = true;
+    EXPECT_EQ(pickDeviceAllReduce(DeviceAlgo::kAuto, b, 4, f),
+              chooseDeviceAllReduce(b, 4, f.slowest, 1, false));
+    f.direct = false;
+    EXPECT_EQ(pickDeviceAllReduce(DeviceAlgo::kAuto, b, 4, f),
+              chooseDeviceAllReduce(b, 4, f.slowest, 1, true));
+  }
 }
 
 TEST(DeviceAlgoChoice, TopoFacts) {

@@ -238,6 +238,26 @@ bool writeAll(int fd, const void* p, size_t n) {
   return true;
 }
 
+// Listens on device 0 and connects to itself: *lc, *s, *r. Returns 0, or the
+// step that failed (2 listen, 3 connect, 4 accept, 5 no pair in time).
+int connectSelf(const tideNet_v1_t& n, void** lc, void** s, void** r) {
+  uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
+  *lc = *s = *r = nullptr;
+  if (n.listen(0, handle, lc) != tideSuccess) return 2;
+  for (int i = 0; i < 100000 && (*s == nullptr || *r == nullptr); ++i) {
+    if (*s == nullptr && n.connect(0, handle, s) != tideSuccess) return 3;
+    if (*r == nullptr && n.accept(*lc, r) != tideSuccess) return 4;
+    usleep(10);
+  }
+  return *s == nullptr || *r == nullptr ? 5 : 0;
+}
+
+void closeAll(const tideNet_v1_t& n, void* lc, void* s, void* r) {
+  n.closeSend(s);
+  n.closeRecv(r);
+  n.closeListen(lc);
+}
+
 // Writes the wire form of `h` to non-blocking `fd`.
 bool writeHeader(int fd, const SocketStripeHeader& h) {
   uint8_t w[kStripeHeaderBytes];
@@ -257,15 +277,7 @@ int rawPair(const char* threads, const char* perThread, size_t nsocks, void** lc
   setenv("TIDE_NSOCKS_PERTHREAD", perThread, 1);
   const tideNet_v1_t& n = kSocketNet;
   if (n.init(nullptr) != tideSuccess) return 77;
-  uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
-  *lc = *s = *r = nullptr;
-  if (n.listen(0, handle, lc) != tideSuccess) return 2;
-  for (int i = 0; i < 100000 && (*s == nullptr || *r == nullptr); ++i) {
-    if (*s == nullptr && n.connect(0, handle, s) != tideSuccess) return 3;
-    if (*r == nullptr && n.accept(*lc, r) != tideSuccess) return 4;
-    usleep(10);
-  }
-  if (*s == nullptr || *r == nullptr) return 5;
+  if (int e = connectSelf(n, lc, s, r)) return e;
   int listenPort = -1;
   for (int fd = 0; fd < 1024; ++fd) {
     int v = 0;
@@ -314,9 +326,7 @@ TEST(SocketNet, WrappingStripeOffsetIsRejected) {
     for (size_t i = 0; i < mem.size(); ++i)
       if ((i < 64 || i >= 80) && mem[i] != 0xee) return 9;
     if (res != tideInvalidUsage) return 10;
-    n.closeSend(s);
-    n.closeRecv(r);
-    n.closeListen(lc);
+    closeAll(n, lc, s, r);
     return 0;
   });
   if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
@@ -367,9 +377,7 @@ TEST(SocketNet, NoWriteIntoReceiveAfterItFailed) {
     for (uint8_t v : buf)
       if (v != 0xee) return 13;
     n.test(r1, &done, nullptr);
-    n.closeSend(s);
-    n.closeRecv(r);
-    n.closeListen(lc);
+    closeAll(n, lc, s, r);
     return 0;
   });
   if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
@@ -407,9 +415,7 @@ TEST(SocketNet, ZeroByteReceiveNotTouchedAfterDone) {
     usleep(100000);  // the helper's last unlock delay ends
     fence::unlockDelayUs = 0;
     fence::on = false;
-    n.closeSend(s);
-    n.closeRecv(r);
-    n.closeListen(lc);
+    closeAll(n, lc, s, r);
     return 0;
   });
   if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
@@ -439,9 +445,7 @@ TEST(SocketNet, ZeroByteReceivesWithHelperThread) {
       }
       if (!done || got != 0) return 10;
     }
-    n.closeSend(s);
-    n.closeRecv(r);
-    n.closeListen(lc);
+    closeAll(n, lc, s, r);
     return 0;
   });
   if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";
@@ -465,15 +469,8 @@ int loopbackTransfer(const char* ifname, const char* family) {
   setenv("TIDE_TIMEOUT", "42", 1);
   const tideNet_v1_t& n = kSocketNet;
   if (n.init(nullptr) != tideSuccess) _exit(77);
-  uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
-  void *lc = nullptr, *s = nullptr, *r = nullptr;
-  if (n.listen(0, handle, &lc) != tideSuccess) _exit(2);
-  for (int i = 0; i < 100000 && (s == nullptr || r == nullptr); ++i) {
-    if (s == nullptr && n.connect(0, handle, &s) != tideSuccess) _exit(3);
-    if (r == nullptr && n.accept(lc, &r) != tideSuccess) _exit(4);
-    usleep(10);
-  }
-  if (s == nullptr || r == nullptr) _exit(5);
+  void *lc, *s, *r;
+  if (int e = connectSelf(n, &lc, &s, &r)) _exit(e);
   int fd = -1, v = 0;
   socklen_t len = sizeof(v);
   n.getPollFd(r, &fd);
@@ -495,9 +492,7 @@ int loopbackTransfer(const char* ifname, const char* family) {
     if (!rd && n.test(rr, &rd, &got) != tideSuccess) _exit(11);
   }
   if (!sd || !rd || got != out.size() || in != out) _exit(12);
-  n.closeSend(s);
-  n.closeRecv(r);
-  n.closeListen(lc);
+  closeAll(n, lc, s, r);
   _exit(0);
 }
 
@@ -520,15 +515,8 @@ TEST(SocketNet, SendPollFdWakesWhenRoomToSend) {
     setenv("TIDE_SOCKET_BUFSIZE", "128K", 1);  // the sender's buffer fills many times
     const tideNet_v1_t& n = kSocketNet;
     if (n.init(nullptr) != tideSuccess) return 77;
-    uint8_t handle[TIDE_NET_HANDLE_MAXSIZE];
-    void *lc = nullptr, *s = nullptr, *r = nullptr;
-    if (n.listen(0, handle, &lc) != tideSuccess) return 2;
-    for (int i = 0; i < 100000 && (s == nullptr || r == nullptr); ++i) {
-      if (s == nullptr && n.connect(0, handle, &s) != tideSuccess) return 3;
-      if (r == nullptr && n.accept(lc, &r) != tideSuccess) return 4;
-      usleep(10);
-    }
-    if (s == nullptr || r == nullptr) return 5;
+    void *lc, *s, *r;
+    if (int e = connectSelf(n, &lc, &s, &r)) return e;
     constexpr size_t kBytes = 8 << 20;
     std::vector<uint8_t> out(kBytes, 0x5a), in(kBytes, 0);
     void *sr = nullptr, *rr = nullptr;
@@ -553,9 +541,7 @@ TEST(SocketNet, SendPollFdWakesWhenRoomToSend) {
     }
     receiver.join();
     if (!sd || in != out) return 9;
-    n.closeSend(s);
-    n.closeRecv(r);
-    n.closeListen(lc);
+    closeAll(n, lc, s, r);
     return timeouts == 0 ? 0 : 20 + std::min(timeouts, 50);
   });
   if (rc == 77) GTEST_SKIP() << "no IPv4 loopback";

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -20,13 +21,32 @@ namespace {
 constexpr int kPollBatch = 32;
 
 // Registers [data, data+size) for one request or one regMr. Host memory goes
-// through the device's MR cache; device memory (peer memory) is registered
-// directly.
+// through the device's MR cache; device memory is registered directly, with
+// ibv_reg_mr through peer memory (TIDE_NET_PTR_DEVICE) or with
+// ibv_reg_dmabuf_mr on a dma-buf the core exports (TIDE_NET_PTR_DMABUF; the
+// fd is closed once registered, the registration keeps the memory pinned).
 Status acquireMr(Device* dev, void* data, size_t size, int type, Mr* out) {
   *out = Mr{};
   out->dev = dev;
+  if (type == TIDE_NET_PTR_DMABUF) {
+    int fd = -1;
+    uint64_t offset = 0;
+    const tideResult_t r = tideNetDmaBufFd(data, size ? size : 1, &fd, &offset);
+    if (r != tideSuccess) {
+      return makeStatus(r, "ib net: no dma-buf for device buffer %p (%zu bytes): %s", data, size,
+                        tideGetErrorString(r));
+    }
+    Status s = ibRegMr(dev->dev, data, size ? size : 1, fd, offset, &out->direct);
+    close(fd);
+    TIDE_TRY(s);
+    out->device = true;
+    out->lkey = out->direct->lkey;
+    out->rkey = out->direct->rkey;
+    return Status::Ok();
+  }
   if (type == TIDE_NET_PTR_DEVICE) {
     TIDE_TRY(ibRegMr(dev->dev, data, size ? size : 1, -1, 0, &out->direct));
+    out->device = true;
     out->lkey = out->direct->lkey;
     out->rkey = out->direct->rkey;
     return Status::Ok();
@@ -147,7 +167,9 @@ Status requestMr(Comm* c, Request* r, void* mhandle) {
 Status VerbsPoster::write(int qp, uint64_t wrId, const void* local, uint32_t lkey, size_t len,
                           uint64_t remote, uint32_t rkey, bool withImm, uint32_t imm,
                           bool signaled) {
-  bool inl = len > 0 && len <= static_cast<size_t>(c_->inlineBytes);
+  bool inl =
+      len > 0 && len <= static_cast<size_t>(c_->inlineBytes) &&
+      std::find(c_->deviceLkeys.begin(), c_->deviceLkeys.end(), lkey) == c_->deviceLkeys.end();
   return ibPostWrite(c_->qps[qp], wrId, local, lkey, len, remote, rkey, withImm, imm, signaled,
                      inl);
 }
@@ -165,21 +187,27 @@ tideResult_t netRegMr(void* comm, void* data, size_t size, int type, void** mhan
   if (c == nullptr || mhandle == nullptr || (data == nullptr && size > 0))
     return fail(invalidArgument("ib net: regMr: bad arguments"));
   *mhandle = nullptr;
-  if (type != TIDE_NET_PTR_HOST && type != TIDE_NET_PTR_DEVICE)
-    return fail(
-        invalidArgument("ib net: regMr: pointer type %d not supported (host, or device "
-                        "memory through peer memory)",
-                        type));
+  if (type != TIDE_NET_PTR_HOST && type != TIDE_NET_PTR_DEVICE && type != TIDE_NET_PTR_DMABUF)
+    return fail(invalidArgument(
+        "ib net: regMr: pointer type %d not supported (host, or device memory through peer "
+        "memory or dma-buf)",
+        type));
   auto m = std::make_unique<Mr>();
   Status s = acquireMr(c->dev, data, size, type, m.get());
   if (!s.ok()) return fail(s);
+  if (m->device) c->deviceLkeys.push_back(m->lkey);
   *mhandle = m.release();
   return tideSuccess;
 }
 
 tideResult_t netDeregMr(void* comm, void* mhandle) {
   if (comm == nullptr || mhandle == nullptr) return fail(invalidArgument("ib net: deregMr: null"));
+  auto* c = static_cast<Comm*>(comm);
   auto* m = static_cast<Mr*>(mhandle);
+  if (m->device) {
+    auto it = std::find(c->deviceLkeys.begin(), c->deviceLkeys.end(), m->lkey);
+    if (it != c->deviceLkeys.end()) c->deviceLkeys.erase(it);
+  }
   releaseMr(m, false);
   delete m;
   return tideSuccess;

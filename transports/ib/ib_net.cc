@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/device_stream_gdr.h"
 #include "core/log.h"
 #include "core/registry.h"
 #include "transports/ib/ib_net_internal.h"
@@ -32,6 +33,7 @@ struct Global {
   std::vector<std::string> names;
   std::vector<std::unique_ptr<Device>> devices;  // by port, opened on first use
   bool peerMem = false;
+  bool dmaBuf = false;  // a GPU here exports dma-bufs (ibv_reg_dmabuf_mr is linked)
 };
 
 Global& global() {
@@ -70,6 +72,16 @@ tideResult_t netInit(tideNetLogger_t /*logger*/) {
               p.speedMbps);
   }
   g.peerMem = peerMemoryLoaded();
+  // Asks the core once (which probes CUDA only on hosts with the NVIDIA
+  // kernel driver, so a host-only job elsewhere never initializes CUDA). rdma-core has
+  // ibv_reg_dmabuf_mr since v34 (this file links against it); a kernel or HCA without dma-buf
+  // support fails the registration, and the net transport then falls back to peer memory when
+  // offered.
+  g.dmaBuf = devstream::dmaBufExportSupported();
+  if (g.peerMem || g.dmaBuf) {
+    TIDE_INFO("ib net: GPU memory registration through %s%s%s", g.dmaBuf ? "dma-buf" : "",
+              g.dmaBuf && g.peerMem ? " and " : "", g.peerMem ? "peer memory" : "");
+  }
   return tideSuccess;
 }
 
@@ -89,9 +101,10 @@ tideResult_t netGetProperties(int dev, tideNetProperties_v1_t* props) {
   props->name = g.names[dev].c_str();
   props->pciPath = p.pciPath.empty() ? nullptr : p.pciPath.c_str();
   props->guid = p.guid;
-  // regMr has no dma-buf fd parameter in ABI v1: GPU memory only through
-  // peer memory.
-  props->ptrSupport = TIDE_NET_PTR_HOST | (g.peerMem ? TIDE_NET_PTR_DEVICE : 0);
+  // GPU memory through peer memory (regMr type DEVICE) and/or dma-buf (type
+  // DMABUF: the net asks the core for the fd, tideNetDmaBufFd).
+  props->ptrSupport = TIDE_NET_PTR_HOST | (g.peerMem ? TIDE_NET_PTR_DEVICE : 0) |
+                      (g.dmaBuf ? TIDE_NET_PTR_DMABUF : 0);
   props->speed = p.speedMbps;
   props->port = p.port;
   props->latency = 0;

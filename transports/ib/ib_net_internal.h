@@ -74,6 +74,7 @@ struct Mr {
   Device* dev = nullptr;
   const MrCache::Entry* entry = nullptr;  // host memory through the cache
   ibv_mr* direct = nullptr;               // device memory: registered directly
+  bool device = false;                    // GPU memory (peer memory or dma-buf)
   uint32_t lkey = 0, rkey = 0;
 };
 
@@ -117,6 +118,9 @@ struct Comm {
   std::unique_ptr<IbSender> sender;      // send comms
   std::unique_ptr<IbReceiver> receiver;  // receive comms
   std::set<Request*> live;
+  // lkeys of device-memory registrations made by regMr on this comm: data
+  // from them is never sent inline (the CPU cannot read GPU memory).
+  std::vector<uint32_t> deviceLkeys;
   Status err;  // first failure; the comm is broken when !err.ok()
   bool peerClosed = false;
   std::chrono::steady_clock::time_point peerClosedAt;

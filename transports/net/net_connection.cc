@@ -28,9 +28,22 @@ NetConnection::NetConnection(const tideNet_v1_t* net, void* sendComm, void* recv
 
 NetConnection::~NetConnection() {
   if (bothFd_ >= 0) close(bothFd_);
-  // Closing cancels whatever is still outstanding (net.h).
+  shutdownNet();
+}
+
+void NetConnection::shutdownNet() {
+  // net.h: deregister before closing; closing cancels and frees whatever is
+  // still outstanding, so the request lists are dropped untested.
+  for (Op& op : sends_) deregisterOp(sendComm_, op);
+  for (Op& op : recvs_) deregisterOp(recvComm_, op);
+  sendReqs_.clear();
+  for (const InFlight& f : recvReqs_) {
+    if (f.bounce >= 0) freeBounce_.push_back(f.bounce);
+  }
+  recvReqs_.clear();
   if (sendComm_ != nullptr) (void)net_->closeSend(sendComm_);
   if (recvComm_ != nullptr) (void)net_->closeRecv(recvComm_);
+  sendComm_ = recvComm_ = nullptr;
 }
 
 Status NetConnection::fail(const Status& s) {
@@ -38,8 +51,44 @@ Status NetConnection::fail(const Status& s) {
     error_ = Status(s.code(), "net connection to rank " + std::to_string(peer_) + " (channel " +
                                   std::to_string(channel_) + "): " + s.message());
     TIDE_INFO("%s", error_.message().c_str());
+    // Stop the net now: a receive still outstanding must not write its user
+    // buffer after the operation returned this error.
+    shutdownNet();
+    if (bothFd_ >= 0) close(bothFd_);
+    bothFd_ = -2;
+    sendFd_ = recvFd_ = -1;
   }
   return error_;
+}
+
+Status NetConnection::registerOp(void* comm, Op& op) {
+  if (!op.device || op.mhandle != nullptr || op.bytes == 0) return Status::Ok();
+  tideResult_t r = tideInternalError;
+  if ((devicePtr_ & TIDE_NET_PTR_DMABUF) != 0) {
+    r = net_->regMr(comm, op.buf, op.bytes, TIDE_NET_PTR_DMABUF, &op.mhandle);
+    if (r != tideSuccess) op.mhandle = nullptr;
+  }
+  const bool usedDmaBuf = op.mhandle != nullptr;
+  if (op.mhandle == nullptr && (devicePtr_ & TIDE_NET_PTR_DEVICE) != 0) {
+    r = net_->regMr(comm, op.buf, op.bytes, TIDE_NET_PTR_DEVICE, &op.mhandle);
+    if (r != tideSuccess) op.mhandle = nullptr;
+  }
+  if (op.mhandle == nullptr) {
+    if (r == tideSuccess) r = tideInternalError;  // a net that returned a null handle
+    return netStatus(r, net_->name, "regMr of a device buffer (GPUDirect RDMA)");
+  }
+  if (!gdrLogged_) {
+    gdrLogged_ = true;
+    TIDE_INFO("send/recv with peer %d: GPUDirect RDMA (net %s, %s)", peer_, net_->name,
+              usedDmaBuf ? "dma-buf" : "peer memory");
+  }
+  return Status::Ok();
+}
+
+void NetConnection::deregisterOp(void* comm, Op& op) {
+  if (op.mhandle == nullptr) return;
+  if (comm != nullptr) (void)net_->deregMr(comm, op.mhandle);
+  op.mhandle = nullptr;
 }
 
 int NetConnection::pollFd() const {
@@ -70,6 +119,17 @@ int NetConnection::pollFd() const {
 }
 
 Status NetConnection::postSend(const void* buf, size_t bytes, uint64_t* ticket) {
+  return enqueueSend(buf, bytes, false, ticket);
+}
+
+Status NetConnection::postSendMem(const void* buf, size_t bytes, MemType mem, uint64_t* ticket) {
+  if (mem != MemType::Host && devicePtr_ == 0) {
+    return internalError("net %s cannot send from device memory", net_->name);
+  }
+  return enqueueSend(buf, bytes, mem != MemType::Host, ticket);
+}
+
+Status NetConnection::enqueueSend(const void* buf, size_t bytes, bool device, uint64_t* ticket) {
   if (!error_.ok()) return error_;
   if (bytes > 0 && buf == nullptr)
     return invalidArgument("net: send of %zu bytes from null", bytes);
@@ -83,11 +143,30 @@ Status NetConnection::postSend(const void* buf, size_t bytes, uint64_t* ticket) 
   op.bytes = bytes;
   op.seq = bytes > 0 ? sendSeq_++ : 0;
   op.tag = opTag_ != nullptr ? *opTag_ : 0;
+  op.device = device;
   sends_.push_back(op);
   return Status::Ok();
 }
 
 Status NetConnection::postRecv(void* buf, size_t bytes, const RecvReduce* rr, uint64_t* ticket) {
+  return enqueueRecv(buf, bytes, rr, false, ticket);
+}
+
+Status NetConnection::postRecvMem(void* buf, size_t bytes, const RecvReduce* rr, MemType mem,
+                                  uint64_t* ticket) {
+  if (mem != MemType::Host) {
+    if (devicePtr_ == 0) {
+      return internalError("net %s cannot receive into device memory", net_->name);
+    }
+    if (rr != nullptr && bytes > 0) {
+      return internalError("net: reducing receive into device memory (never planned)");
+    }
+  }
+  return enqueueRecv(buf, bytes, rr, mem != MemType::Host, ticket);
+}
+
+Status NetConnection::enqueueRecv(void* buf, size_t bytes, const RecvReduce* rr, bool device,
+                                  uint64_t* ticket) {
   if (!error_.ok()) return error_;
   if (bytes > 0 && buf == nullptr)
     return invalidArgument("net: receive of %zu bytes into null", bytes);
@@ -109,6 +188,7 @@ Status NetConnection::postRecv(void* buf, size_t bytes, const RecvReduce* rr, ui
   op.tag = opTag_ != nullptr ? *opTag_ : 0;
   op.reduce = reduce;
   if (reduce) op.rr = *rr;
+  op.device = device;
   recvs_.push_back(op);
   return Status::Ok();
 }
@@ -129,9 +209,10 @@ Status NetConnection::progressSends(bool* moved) {
       continue;
     }
     size_t len = std::min(chunk_, op.bytes - op.posted);
+    TIDE_TRY(registerOp(sendComm_, op));
     void* req = nullptr;
     TIDE_TRY(netStatus(net_->isend(sendComm_, op.buf + op.posted, len,
-                                   netTag(op.tag, op.seq, op.posted / chunk_), nullptr, &req),
+                                   netTag(op.tag, op.seq, op.posted / chunk_), op.mhandle, &req),
                        net_->name, "isend"));
     if (req == nullptr) break;  // the net is full: test, then post again
     sendReqs_.push_back(InFlight{req, &op, op.posted, len, -1});
@@ -154,6 +235,7 @@ Status NetConnection::progressSends(bool* moved) {
   }
   while (!sends_.empty() && sends_.front().posted == sends_.front().bytes &&
          sends_.front().outstanding == 0) {
+    deregisterOp(sendComm_, sends_.front());
     sends_.pop_front();
     ++sendsDone_;
     if (sendCursor_ > 0) --sendCursor_;
@@ -181,9 +263,12 @@ Status NetConnection::progressRecvs(bool* moved) {
       dst = bounce_[b].get();
     }
     int tag = netTag(op.tag, op.seq, op.posted / chunk_);
+    TIDE_TRY(registerOp(recvComm_, op));
+    void* mh = op.mhandle;
     void* req = nullptr;
     TIDE_TRY(
-        netStatus(net_->irecv(recvComm_, 1, &dst, &len, &tag, nullptr, &req), net_->name, "irecv"));
+        netStatus(net_->irecv(recvComm_, 1, &dst, &len, &tag, mh != nullptr ? &mh : nullptr, &req),
+                  net_->name, "irecv"));
     if (req == nullptr) break;
     if (b >= 0) freeBounce_.pop_back();
     recvReqs_.push_back(InFlight{req, &op, op.posted, len, b});
@@ -198,6 +283,7 @@ Status NetConnection::progressRecvs(bool* moved) {
     tideResult_t r = net_->test(f.req, &done, &got);
     if (r != tideSuccess) {
       recvReqs_.pop_front();
+      if (f.bounce >= 0) freeBounce_.push_back(f.bounce);
       Status s = netStatus(r, net_->name, "receive");
       if (r != tideInvalidUsage) return s;
       // A FIFO net saw another tag or a larger message: the peer is in
@@ -210,6 +296,7 @@ Status NetConnection::progressRecvs(bool* moved) {
     }
     if (!done) break;
     recvReqs_.pop_front();
+    if (f.bounce >= 0 && got != f.len) freeBounce_.push_back(f.bounce);  // back to the pool
     if (got != f.len) {
       return invalidUsage(
           "mismatched operation: rank %d sent %zu bytes where %zu were expected (message %u, "
@@ -227,6 +314,7 @@ Status NetConnection::progressRecvs(bool* moved) {
   }
   while (!recvs_.empty() && recvs_.front().posted == recvs_.front().bytes &&
          recvs_.front().outstanding == 0) {
+    deregisterOp(recvComm_, recvs_.front());
     recvs_.pop_front();
     ++recvsDone_;
     if (recvCursor_ > 0) --recvCursor_;

@@ -16,8 +16,22 @@
 // receive lands in a bounce buffer and is combined into place when its
 // chunk completes (chunk is a multiple of 4096, hence of any element size).
 //
+// Device memory (GPUDirect RDMA): with setDevicePtrSupport() bits from the
+// net's properties, postSendMem/postRecvMem accept MemType::Device. Each such
+// transfer registers its whole buffer with regMr on its comm when its first
+// chunk is posted (type TIDE_NET_PTR_DMABUF when the net offers it, else
+// TIDE_NET_PTR_DEVICE; a failed dma-buf registration falls back to DEVICE
+// when offered), passes that mhandle with every chunk, and deregisters it
+// when the transfer completes (no registration cache: the net may keep its
+// own). Host transfers pass no mhandle. A reducing receive into device memory
+// is refused (tideInternalError).
+//
+// Errors: the first error is sticky; fail() then deregisters and closes both
+// comms at once (cancelling every outstanding request, net.h), so no
+// receive can write a user buffer after its operation returned the error.
+//
 // Threading: one thread at a time (transport.h). Owns the two comms and
-// closes them on destruction (closing is bounded; see net.h).
+// closes them on destruction or failure (closing is bounded; see net.h).
 #pragma once
 
 #include <cstddef>
@@ -46,6 +60,19 @@ class NetConnection final : public Connection {
   uint64_t recvsDone() const override { return recvsDone_; }
   int pollFd() const override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+  int devicePtrSupport() const override { return devicePtr_; }
+  // Bounce buffers allocated / back in the pool (for tests: every one is
+  // back once no reducing receive is outstanding, also after a failure).
+  size_t bouncesAllocated() const { return bounce_.size(); }
+  size_t bouncesFree() const { return freeBounce_.size(); }
+  Status postSendMem(const void* buf, size_t bytes, MemType mem, uint64_t* ticket) override;
+  Status postRecvMem(void* buf, size_t bytes, const RecvReduce* rr, MemType mem,
+                     uint64_t* ticket) override;
+  // The TIDE_NET_PTR_DEVICE / TIDE_NET_PTR_DMABUF bits of the net's
+  // ptrSupport (others are ignored). Call before the first post.
+  void setDevicePtrSupport(int bits) {
+    devicePtr_ = bits & (TIDE_NET_PTR_DEVICE | TIDE_NET_PTR_DMABUF);
+  }
 
   // Chunks are multiples of kMinChunk and at least kMinChunk bytes.
   static constexpr size_t kMinChunk = 4096;
@@ -82,6 +109,8 @@ class NetConnection final : public Connection {
     int outstanding = 0;  // chunks handed over and not complete
     bool reduce = false;
     RecvReduce rr{};
+    bool device = false;      // MemType::Device: registered before its first chunk
+    void* mhandle = nullptr;  // registration on this direction's comm, or null
   };
   struct InFlight {
     void* req;
@@ -94,6 +123,13 @@ class NetConnection final : public Connection {
   Status progressSends(bool* moved);
   Status progressRecvs(bool* moved);
   Status fail(const Status& s);
+  Status enqueueSend(const void* buf, size_t bytes, bool device, uint64_t* ticket);
+  Status enqueueRecv(void* buf, size_t bytes, const RecvReduce* rr, bool device, uint64_t* ticket);
+  // Registers op's buffer on `comm` (see the file comment).
+  Status registerOp(void* comm, Op& op);
+  void deregisterOp(void* comm, Op& op);
+  // Deregisters every op's mhandle and closes both comms (idempotent).
+  void shutdownNet();
 
   const tideNet_v1_t* net_;
   void* sendComm_;
@@ -103,6 +139,8 @@ class NetConnection final : public Connection {
   size_t chunk_;
   size_t inflight_;
   const uint32_t* opTag_;
+  int devicePtr_ = 0;
+  bool gdrLogged_ = false;  // the first device registration was logged
   int sendFd_ = -1, recvFd_ = -1;
   // Both directions' fds, for waiting on sends and receives at once (made on
   // first need when the net gives two different fds; -2: could not be made).

@@ -142,12 +142,18 @@ class NetSetup {
     }
     const Record& me = all[ctx_.rank()];
     int inflight = static_cast<int>(std::clamp<int64_t>(knobInt(Knob::NetInflight), 1, 256));
+    // Device pointers this side's net registers (GPUDirect RDMA). Each side
+    // decides alone: the bytes on the wire are the same either way.
+    tideNetProperties_v1_t props{};
+    const int devicePtr = net_->getProperties(0, &props) == tideSuccess ? props.ptrSupport : 0;
     out->clear();
     for (Link& l : links_) {
       const Record& peer = all[l.peer];
       size_t chunk = NetConnection::agreedChunk(me.chunk, me.maxSize, peer.chunk, peer.maxSize);
-      out->push_back(std::make_unique<NetConnection>(net_, l.send, l.recv, l.peer, l.channel, chunk,
-                                                     inflight, ctx_.opTag(l.channel)));
+      auto c = std::make_unique<NetConnection>(net_, l.send, l.recv, l.peer, l.channel, chunk,
+                                               inflight, ctx_.opTag(l.channel));
+      c->setDevicePtrSupport(devicePtr);
+      out->push_back(std::move(c));
       l.send = l.recv = nullptr;
     }
     return Status::Ok();
