@@ -30,6 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+#if TIDE_HAVE_IBVERBS
+
 bool haveRdmaDevice() {
   DIR* d = opendir("/sys/class/infiniband");
   if (d == nullptr) return false;
@@ -40,8 +42,6 @@ bool haveRdmaDevice() {
   closedir(d);
   return any;
 }
-
-#if TIDE_HAVE_IBVERBS
 
 TEST(IbVerbs, NoDeviceFailsFast) {
   if (haveRdmaDevice()) GTEST_SKIP() << "this machine has an RDMA device";
