@@ -75,7 +75,10 @@
  *   outstanding (those are cancelled and freed; the caller must not test
  *   them again) and even when the peer is dead. They never wait for a peer
  *   for more than a short, bounded linger. Deregister mhandles before closing
- *   their comm.
+ *   their comm. deregMr may be called while requests that use the mhandle are
+ *   still outstanding on the comm (a comm torn down after an error or abort):
+ *   the net must then not touch that mhandle again, also not while close
+ *   cancels those requests.
  */
 #ifndef TIDE_NET_H_
 #define TIDE_NET_H_

@@ -68,6 +68,23 @@ std::string describeEntry(const Entry& e) {
   return buf;
 }
 
+// Releases the entry's streams. A receive posted as a device pointer
+// (GPUDirect RDMA) is complete on the host once the NIC says so, but its
+// bytes may still be on their way into GPU memory: flush them to the owning
+// context first, so that the stream's next kernel reads them.
+void releaseEntry(Entry* e) {
+  for (const OpDesc& op : e->ops) {
+    const CollArgs& a = op.args;
+    if (a.type != CollType::Recv || a.mem != MemType::Device || a.count == 0) continue;
+    const int rc = cuda::flushRdmaWritesTo(a.recvbuff);
+    if (rc != cuda::kCudaSuccess) {
+      op.comm->setAsyncError(
+          driverError("GPUDirect RDMA receive (cuFlushGPUDirectRDMAWrites)", rc));
+    }
+  }
+  cuda::wordRelease(e->word);  // e may be freed from here on (release callback)
+}
+
 // Runs one posted entry and releases its streams, whatever happens.
 void runEntry(Entry* e) {
   std::shared_ptr<Job> job = e->job;
@@ -83,7 +100,7 @@ void runEntry(Entry* e) {
     }
   }
   if (job->claim()) executeJob(*job);
-  cuda::wordRelease(e->word);  // e may be freed from here on (release callback)
+  releaseEntry(e);  // e may be freed from here on
 }
 
 }  // namespace
@@ -99,7 +116,7 @@ void drain(CommState* st) {
   }
   for (Entry* e : st->queue.stop()) {
     if (e->job && e->job->claim()) executeJob(*e->job);
-    cuda::wordRelease(e->word);
+    releaseEntry(e);
   }
   for (auto& job : jobs) {
     if (job->claim()) executeJob(*job);
@@ -323,10 +340,14 @@ Status prepare(std::vector<OpDesc>& ops, std::unique_ptr<Entry>* out) {
     p.inDev = p.in > 0 && cuda::isDevicePointer(a.sendbuff);
     p.outDev = p.out > 0 && cuda::isDevicePointer(a.recvbuff);
     p2pDev[i] = a.type == CollType::Send ? p.inDev : a.type == CollType::Recv && p.outDev;
+    // Managed memory migrates between host and GPU: no NIC registration.
+    if (p2pDev[i]) {
+      p2pDev[i] = !cuda::isManagedPointer(a.type == CollType::Send ? a.sendbuff : a.recvbuff);
+    }
   }
   // GPUDirect RDMA: these ops keep their device buffers (no slot region, no
   // copies); the proxy posts them directly, still in stream order.
-  devstream::planGdr(ops, p2pDev, &direct);
+  devstream::planGdr(ops, p2pDev, cuda::canFlushRdmaWrites(), &direct);
   size_t total = kAlign;
   for (size_t i = 0; i < ops.size(); ++i) {
     Plan& p = plans[i];

@@ -27,9 +27,21 @@ int gdrKnob() {
   return k;
 }
 
+const char* whyStaged(gdr::Reason reason) {
+  switch (reason) {
+    case gdr::Reason::kNoSupport:
+      return "its connection does not register device memory";
+    case gdr::Reason::kNoFlush:
+      return "the CUDA driver cannot flush GPUDirect RDMA writes (cuFlushGPUDirectRDMAWrites, "
+             "CUDA 11.3+)";
+    default:
+      return "another send/recv of the group cannot use it (or buffers overlap)";
+  }
+}
+
 }  // namespace
 
-void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev,
+void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev, bool canFlush,
              std::vector<bool>* direct) {
   direct->assign(ops.size(), false);
   const int knob = gdrKnob();
@@ -55,7 +67,8 @@ void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev,
       p.isSend = a.type == CollType::Send;
       p.buf = reinterpret_cast<uintptr_t>(p.isSend ? a.sendbuff : a.recvbuff);
       p.bytes = a.count * a.elemSize;
-      p.choice = gdr::chooseOp(a.type, isDev[i], a.root, comm->rank, comm->nranks, support, knob);
+      p.choice = gdr::chooseOp(a.type, isDev[i], a.root, comm->rank, comm->nranks, support, knob,
+                               canFlush);
       batch.push_back(p);
       index.push_back(i);
     }
@@ -75,9 +88,7 @@ void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev,
               "comm %08x rank %d: send/recv with peer %d: GPUDirect RDMA required "
               "(TIDE_NET_GDR=1) but %s; staging through host memory",
               static_cast<unsigned>(comm->commHash), comm->rank, peer,
-              batch[j].choice.reason == gdr::Reason::kNoSupport
-                  ? "its connection does not register device memory"
-                  : "another send/recv of the group cannot use it (or buffers overlap)");
+              whyStaged(batch[j].choice.reason));
         }
       }
     }

@@ -40,6 +40,8 @@ enum class Reason {
   kNoSupport,   // the peer's connection does not accept device memory
   kGroup,       // another point-to-point op of the group on this comm is staged,
                 // or a receive overlaps a send (the batch shares one memory type)
+  kNoFlush,     // a receive, and the driver cannot flush the NIC's writes to the
+                // GPU before the stream reads them (cuFlushGPUDirectRDMAWrites)
 };
 
 struct Choice {
@@ -52,9 +54,10 @@ struct Choice {
 // buffer (Send: sendbuff, Recv: recvbuff) is device memory, `peer` its peer,
 // `self`/`nranks` the communicator's, `support` the TIDE_NET_PTR_* bits of the
 // point-to-point connection to `peer` (Connection::devicePtrSupport), `knob`
-// TIDE_NET_GDR (any value other than 0 and 1 means auto).
+// TIDE_NET_GDR (any value other than 0 and 1 means auto), `canFlush` whether
+// the driver can flush GPUDirect RDMA writes (needed by receives only).
 inline Choice chooseOp(CollType type, bool isDevice, int peer, int self, int nranks, int support,
-                       int knob) {
+                       int knob, bool canFlush = true) {
   Choice c;
   if (type != CollType::Send && type != CollType::Recv) return c;  // kNotP2p
   if (knob == kKnobOff) {
@@ -74,6 +77,10 @@ inline Choice chooseOp(CollType type, bool isDevice, int peer, int self, int nra
     c.reason = Reason::kNoSupport;
     return c;
   }
+  if (type == CollType::Recv && !canFlush) {
+    c.reason = Reason::kNoFlush;
+    return c;
+  }
   c.direct = true;
   c.dmaBuf = (bits & TIDE_NET_PTR_DMABUF) != 0;
   c.reason = Reason::kDirect;
@@ -84,7 +91,8 @@ inline Choice chooseOp(CollType type, bool isDevice, int peer, int self, int nra
 // TIDE_NET_GDR=1 warning (a device buffer of a point-to-point op to another
 // rank that still has to be staged).
 inline bool worthWarning(Reason reason, int knob) {
-  return knob == kKnobRequire && (reason == Reason::kNoSupport || reason == Reason::kGroup);
+  return knob == kKnobRequire &&
+         (reason == Reason::kNoSupport || reason == Reason::kGroup || reason == Reason::kNoFlush);
 }
 
 // The point-to-point ops of one communicator within one group, in order:

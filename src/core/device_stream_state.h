@@ -108,9 +108,10 @@ extern std::atomic<int> gEngines;
 
 // GPUDirect RDMA plan of `ops` (core/device_stream_gdr.cc): (*direct)[i] when
 // op i posts its device buffer straight to its peer's connection; `isDev[i]`:
-// whether op i's Send/Recv buffer is device memory. Logs the TIDE_NET_GDR=1
-// warnings. Thread-safe.
-void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev,
+// whether op i's Send/Recv buffer is device memory; `canFlush`: whether the
+// driver can flush GPUDirect RDMA writes (cuda::canFlushRdmaWrites; receives
+// stage without it). Logs the TIDE_NET_GDR=1 warnings. Thread-safe.
+void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev, bool canFlush,
              std::vector<bool>* direct);
 
 // A driver call's failure as a Status naming `what`.

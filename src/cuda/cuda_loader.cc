@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kErrorInsufficientDriver = 35;  // CUDA_ERROR_INSUFFICIENT_DRIVER
 constexpr int kErrorStubLibrary = 34;         // CUDA_ERROR_STUB_LIBRARY
+constexpr int kErrorNotSupported = 801;       // CUDA_ERROR_NOT_SUPPORTED
 constexpr int kErrorNoDevice = 100;           // CUDA_ERROR_NO_DEVICE
 
 struct Loaded {
@@ -92,6 +93,7 @@ bool resolveAll(void* lib, DriverApi* a, std::string* missing) {
   resolve(lib, &a->cuStreamIsCapturing, "cuStreamIsCapturing");
   resolve(lib, &a->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   resolve(lib, &a->cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange");
+  resolve(lib, &a->cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites");
   resolve(lib, &a->cuEventCreate, "cuEventCreate");
   resolve(lib, &a->cuEventRecord, "cuEventRecord");
   resolve(lib, &a->cuEventQuery, "cuEventQuery");
@@ -209,13 +211,44 @@ std::string driverErrorString(int result) {
   return buf;
 }
 
-bool isDevicePointer(const void* ptr) {
+namespace {
+// An unsigned pointer attribute of `ptr`; 0 when it has none or no GPU is usable.
+unsigned pointerAttribute(const void* ptr, int attribute) {
   const DriverApi* api = driver();
-  if (api == nullptr || ptr == nullptr) return false;
-  unsigned int type = 0;
-  const int rc =
-      api->cuPointerGetAttribute(&type, kPointerAttrMemoryType, reinterpret_cast<CuDevPtr>(ptr));
-  return rc == kCudaSuccess && static_cast<int>(type) == kMemoryTypeDevice;
+  if (api == nullptr || ptr == nullptr) return 0;
+  unsigned int value = 0;
+  const int rc = api->cuPointerGetAttribute(&value, attribute, reinterpret_cast<CuDevPtr>(ptr));
+  return rc == kCudaSuccess ? value : 0;
+}
+}  // namespace
+
+bool isDevicePointer(const void* ptr) {
+  return static_cast<int>(pointerAttribute(ptr, kPointerAttrMemoryType)) == kMemoryTypeDevice;
+}
+
+bool isManagedPointer(const void* ptr) { return pointerAttribute(ptr, kPointerAttrIsManaged) != 0; }
+
+bool canFlushRdmaWrites() {
+  const DriverApi* api = driverIfProbed();
+  return api != nullptr && api->cuFlushGPUDirectRDMAWrites != nullptr;
+}
+
+int flushRdmaWritesTo(const void* ptr) {
+  const DriverApi* api = driverIfProbed();
+  if (api == nullptr || ptr == nullptr) return kCudaSuccess;
+  if (api->cuFlushGPUDirectRDMAWrites == nullptr) return kErrorNotSupported;
+  CuCtx owner = nullptr;
+  int rc = api->cuPointerGetAttribute(&owner, kPointerAttrContext, reinterpret_cast<CuDevPtr>(ptr));
+  if (rc != kCudaSuccess || owner == nullptr) return kCudaSuccess;  // not device memory
+  CuCtx previous = nullptr;
+  (void)api->cuCtxGetCurrent(&previous);
+  if (previous != owner) {
+    rc = api->cuCtxSetCurrent(owner);
+    if (rc != kCudaSuccess) return rc;
+  }
+  rc = api->cuFlushGPUDirectRDMAWrites(kFlushTargetCurrentCtx, kFlushToOwner);
+  if (previous != owner) (void)api->cuCtxSetCurrent(previous);
+  return rc;
 }
 
 bool dmaBufRange(uint64_t ptr, size_t size, uint64_t allocStart, uint64_t allocSize, uint64_t page,

@@ -105,6 +105,10 @@ struct DriverApi {
   // driver cannot export device memory as a dma-buf.
   int (*cuMemGetHandleForAddressRange)(void* handle, CuDevPtr ptr, size_t size, int handleType,
                                        unsigned long long flags);
+  // Makes a NIC's completed writes into device memory visible to the GPU
+  // before a stream reads them (CUDA 11.3+). Optional: without it, receives
+  // into device memory are staged (core/device_stream_gdr.cc).
+  int (*cuFlushGPUDirectRDMAWrites)(int target, int scope);
 };
 
 // Null unless probeGpu() says kUsable.
@@ -136,10 +140,26 @@ inline constexpr int kPointerAttrRangeSize = 12;         // CU_POINTER_ATTRIBUTE
 inline constexpr int kPointerAttrDeviceOrdinal = 9;      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 inline constexpr int kAttrDmaBufSupported = 124;         // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
 inline constexpr int kMemRangeHandleDmaBufFd = 1;        // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+inline constexpr int kPointerAttrContext = 1;            // CU_POINTER_ATTRIBUTE_CONTEXT
+inline constexpr int kPointerAttrIsManaged = 8;          // CU_POINTER_ATTRIBUTE_IS_MANAGED
+// CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX and _TO_OWNER:
+inline constexpr int kFlushTargetCurrentCtx = 0;
+inline constexpr int kFlushToOwner = 100;
 
 // True when `ptr` is device memory (cudaMalloc / cuMemAlloc / VMM) of any
 // context. False for host memory, unknown pointers and when no GPU is usable.
 bool isDevicePointer(const void* ptr);
+// True when `ptr` is CUDA managed (unified) memory. Such memory is not
+// registered with a NIC (GPUDirect RDMA stages it). False without a GPU.
+bool isManagedPointer(const void* ptr);
+// True when the driver can flush GPUDirect RDMA writes
+// (cuFlushGPUDirectRDMAWrites). Does not probe: false until the driver is loaded.
+bool canFlushRdmaWrites();
+// Makes the NIC writes that completed into `ptr`'s device memory visible to
+// its context (cuFlushGPUDirectRDMAWrites to the owner, with that context made
+// current on the calling thread and restored after). Returns the driver's
+// result (kCudaSuccess; also for memory that is not device memory).
+int flushRdmaWritesTo(const void* ptr);
 
 // dma-buf export of device memory (GPUDirect RDMA, include/tide/net.h's
 // tideNetDmaBufFd). kOk: *fd covers the host-page-aligned range around

@@ -206,31 +206,36 @@ TEST(NetGdr, PlannerAsksEachPeersConnection) {
   };
   std::vector<bool> direct;
   std::vector<OpDesc> one{opOf(CollType::Send, 1, 0x10000)};
-  devstream::planGdr(one, {true}, &direct);
+  devstream::planGdr(one, {true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({true}));
-  devstream::planGdr(one, {false}, &direct);  // host buffer
+  devstream::planGdr(one, {false}, true, &direct);  // host buffer
   EXPECT_EQ(direct, std::vector<bool>({false}));
   std::vector<OpDesc> toTwo{opOf(CollType::Recv, 2, 0x10000)};
-  devstream::planGdr(toTwo, {true}, &direct);
+  devstream::planGdr(toTwo, {true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({false}));
   std::vector<OpDesc> self{opOf(CollType::Send, 0, 0x10000)};
-  devstream::planGdr(self, {true}, &direct);
+  devstream::planGdr(self, {true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({false}));
   // Batch: both to peer 1 -> direct; one to peer 2 -> the whole batch stages.
   std::vector<OpDesc> pair{opOf(CollType::Send, 1, 0x10000), opOf(CollType::Recv, 1, 0x20000)};
-  devstream::planGdr(pair, {true, true}, &direct);
+  devstream::planGdr(pair, {true, true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({true, true}));
+  // A driver that cannot flush the NIC's writes: the receive, so the batch, stages.
+  devstream::planGdr(pair, {true, true}, false, &direct);
+  EXPECT_EQ(direct, std::vector<bool>({false, false}));
+  devstream::planGdr(one, {true}, false, &direct);  // a lone send needs no flush
+  EXPECT_EQ(direct, std::vector<bool>({true}));
   std::vector<OpDesc> mixed{opOf(CollType::Send, 1, 0x10000), opOf(CollType::Recv, 2, 0x20000)};
-  devstream::planGdr(mixed, {true, true}, &direct);
+  devstream::planGdr(mixed, {true, true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({false, false}));
   // A receive overlapping a send of the batch stages it.
   std::vector<OpDesc> overlap{opOf(CollType::Send, 1, 0x10000), opOf(CollType::Recv, 1, 0x10200)};
-  devstream::planGdr(overlap, {true, true}, &direct);
+  devstream::planGdr(overlap, {true, true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({false, false}));
   // A collective in the group stays staged and does not affect the batch.
   std::vector<OpDesc> withColl{opOf(CollType::AllReduce, 0, 0x90000),
                                opOf(CollType::Send, 1, 0x10000)};
-  devstream::planGdr(withColl, {true, true}, &direct);
+  devstream::planGdr(withColl, {true, true}, true, &direct);
   EXPECT_EQ(direct, std::vector<bool>({false, true}));
 }
 

@@ -45,11 +45,18 @@ TEST(GdrPlan, StagedOtherwise) {
   EXPECT_EQ(chooseOp(CollType::Recv, true, 1, 0, 2, 0, kKnobAuto).reason, Reason::kNoSupport);
   EXPECT_FALSE(chooseOp(CollType::Recv, true, 1, 0, 2, 0, kKnobAuto).direct);
   EXPECT_FALSE(chooseOp(CollType::Send, true, 1, 0, 2, kBoth, kKnobOff).direct);
+  // Without a driver flush of the NIC's writes, receives stage; sends need none.
+  EXPECT_EQ(chooseOp(CollType::Recv, true, 1, 0, 2, kBoth, kKnobAuto, false).reason,
+            Reason::kNoFlush);
+  EXPECT_FALSE(chooseOp(CollType::Recv, true, 1, 0, 2, kBoth, kKnobAuto, false).direct);
+  EXPECT_TRUE(chooseOp(CollType::Send, true, 1, 0, 2, kBoth, kKnobAuto, false).direct);
 }
 
 TEST(GdrPlan, WarnOnlyWhenRequiredAndADeviceOpMissesIt) {
   EXPECT_TRUE(worthWarning(Reason::kNoSupport, kKnobRequire));
   EXPECT_TRUE(worthWarning(Reason::kGroup, kKnobRequire));
+  EXPECT_TRUE(worthWarning(Reason::kNoFlush, kKnobRequire));
+  EXPECT_FALSE(worthWarning(Reason::kNoFlush, kKnobAuto));
   EXPECT_FALSE(worthWarning(Reason::kNoSupport, kKnobAuto));
   EXPECT_FALSE(worthWarning(Reason::kHostBuffer, kKnobRequire));
   EXPECT_FALSE(worthWarning(Reason::kSelf, kKnobRequire));
