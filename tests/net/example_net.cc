@@ -16,7 +16,11 @@
 // returns a real registration {type, range}; isend/irecv check that a buffer
 // passed with an mhandle lies inside it. The exported counters
 // tideExampleNetRegCount / DeregCount / PostCount (per TIDE_NET_PTR_* type)
-// let a test see what the caller registered and posted.
+// let a test see what the caller registered and posted. With it,
+// TIDE_EXAMPLE_NET_PTR_DMABUF=ok also advertises TIDE_NET_PTR_DMABUF and
+// registers that type the same way, =fail advertises it but refuses its
+// registrations (tideSystemError, as when a dma-buf export fails), and
+// TIDE_EXAMPLE_NET_REG_FAIL=1 refuses every device-type registration.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -125,6 +129,18 @@ bool deviceOptIn() {
   return v != nullptr && strcmp(v, "1") == 0;
 }
 
+// TIDE_EXAMPLE_NET_PTR_DMABUF: 0 unset, 1 "ok", 2 "fail" (read at each call).
+int dmaBufMode() {
+  const char* v = getenv("TIDE_EXAMPLE_NET_PTR_DMABUF");
+  if (v == nullptr || !deviceOptIn()) return 0;
+  return strcmp(v, "ok") == 0 ? 1 : strcmp(v, "fail") == 0 ? 2 : 0;
+}
+
+bool deviceRegFails() {
+  const char* v = getenv("TIDE_EXAMPLE_NET_REG_FAIL");
+  return v != nullptr && strcmp(v, "1") == 0;
+}
+
 // Registrations, deregistrations and posts with an mhandle, per pointer type
 // (index: TIDE_NET_PTR_HOST 1, DEVICE 2, DMABUF 4).
 std::atomic<int> gRegs[8], gDeregs[8], gPosts[8];
@@ -141,7 +157,8 @@ tideResult_t exGetProperties(int dev, tideNetProperties_v1_t* p) {
   if (dev != 0) return tideInvalidArgument;
   *p = tideNetProperties_v1_t{};
   p->name = "example0";
-  p->ptrSupport = TIDE_NET_PTR_HOST | (deviceOptIn() ? TIDE_NET_PTR_DEVICE : 0);
+  p->ptrSupport = TIDE_NET_PTR_HOST | (deviceOptIn() ? TIDE_NET_PTR_DEVICE : 0) |
+                  (dmaBufMode() != 0 ? TIDE_NET_PTR_DMABUF : 0);
   p->maxComms = 1024;
   p->maxRecvs = 1;
   p->maxSize = maxSize();
@@ -226,8 +243,11 @@ tideResult_t exAccept(void* listenComm, void** recvComm) {
 
 tideResult_t exRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   if (comm == nullptr || mhandle == nullptr) return tideInvalidArgument;
-  if (type != TIDE_NET_PTR_HOST && !(type == TIDE_NET_PTR_DEVICE && deviceOptIn())) {
-    return tideInvalidArgument;
+  const bool device = type == TIDE_NET_PTR_DEVICE && deviceOptIn();
+  const bool dmaBuf = type == TIDE_NET_PTR_DMABUF && dmaBufMode() != 0;
+  if (type != TIDE_NET_PTR_HOST && !device && !dmaBuf) return tideInvalidArgument;
+  if ((device || dmaBuf) && (deviceRegFails() || (dmaBuf && dmaBufMode() == 2))) {
+    return tideSystemError;
   }
   *mhandle = new Reg{kRegMagic, type, static_cast<const uint8_t*>(data), size};
   gRegs[type].fetch_add(1);

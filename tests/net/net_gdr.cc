@@ -137,6 +137,69 @@ TEST(NetGdr, DeviceTransfersRegisterPassAndDeregister) {
   EXPECT_FALSE(w.b->busy());
 }
 
+// One device transfer a -> b of `n` bytes; the bytes must arrive intact.
+void deviceTransfer(Wired& w, size_t n) {
+  std::vector<uint8_t> src(n), dst(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  uint64_t ts = 0, tr = 0;
+  ASSERT_TRUE(w.a->postSendMem(src.data(), n, MemType::Device, &ts).ok());
+  ASSERT_TRUE(w.b->postRecvMem(dst.data(), n, nullptr, MemType::Device, &tr).ok());
+  Status s = drive(w, [&] { return w.a->sendsDone() >= ts && w.b->recvsDone() >= tr; });
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(src, dst);
+}
+
+// A net offering dma-buf and peer memory: dma-buf is registered first; when
+// its registration fails, the transfer falls back to peer memory.
+TEST(NetGdr, DmaBufFirstThenPeerMemory) {
+  setenv("TIDE_EXAMPLE_NET_PTR_DMABUF", "ok", 1);
+  const tideNet_v1_t* net = exampleNet();
+  ASSERT_NE(net, nullptr);
+  Counters c = counters();
+  ASSERT_TRUE(c.reg && c.dereg);
+  const int dma0 = c.reg(TIDE_NET_PTR_DMABUF), dev0 = c.reg(TIDE_NET_PTR_DEVICE);
+  const int dmaDereg0 = c.dereg(TIDE_NET_PTR_DMABUF);
+  {
+    Wired w;
+    ASSERT_TRUE(wire(net, 64 * 1024, &w));
+    EXPECT_EQ(w.a->devicePtrSupport(), TIDE_NET_PTR_DEVICE | TIDE_NET_PTR_DMABUF);
+    deviceTransfer(w, 100 * 1024);
+    EXPECT_EQ(c.reg(TIDE_NET_PTR_DMABUF) - dma0, 2);
+    EXPECT_EQ(c.dereg(TIDE_NET_PTR_DMABUF) - dmaDereg0, 2);
+    EXPECT_EQ(c.reg(TIDE_NET_PTR_DEVICE), dev0);
+  }
+  setenv("TIDE_EXAMPLE_NET_PTR_DMABUF", "fail", 1);
+  {
+    Wired w;
+    ASSERT_TRUE(wire(net, 64 * 1024, &w));
+    deviceTransfer(w, 100 * 1024);
+    EXPECT_EQ(c.reg(TIDE_NET_PTR_DMABUF) - dma0, 2);  // the failed ones count nothing
+    EXPECT_EQ(c.reg(TIDE_NET_PTR_DEVICE) - dev0, 2);
+  }
+  unsetenv("TIDE_EXAMPLE_NET_PTR_DMABUF");
+}
+
+// A registration the net advertised but refuses at transfer time fails the
+// connection with the net's error (sticky), without touching the buffers.
+TEST(NetGdr, RefusedRegistrationFailsTheConnection) {
+  const tideNet_v1_t* net = exampleNet();
+  ASSERT_NE(net, nullptr);
+  Wired w;
+  ASSERT_TRUE(wire(net, 64 * 1024, &w));
+  setenv("TIDE_EXAMPLE_NET_REG_FAIL", "1", 1);
+  std::vector<uint8_t> src(8192, 3);
+  uint64_t ts = 0;
+  ASSERT_TRUE(w.a->postSendMem(src.data(), src.size(), MemType::Device, &ts).ok());
+  bool moved = false;
+  Status s = w.a->progress(&moved);
+  unsetenv("TIDE_EXAMPLE_NET_REG_FAIL");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), tideSystemError);
+  EXPECT_NE(s.message().find("regMr of a device buffer"), std::string::npos) << s.message();
+  uint64_t t2 = 0;
+  EXPECT_FALSE(w.a->postSendMem(src.data(), src.size(), MemType::Host, &t2).ok());  // sticky
+}
+
 // The executor posts the buffers of an operation whose memory type is
 // Device (what core/device_stream.cc plans for GPUDirect RDMA) through the
 // memory-typed posts, and refuses a reducing receive into device memory.
