@@ -11,6 +11,7 @@
 // around the same Tide collective (shim/staging.h, nccl_coll.cc).
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -262,7 +263,13 @@ SHIM_API const char* pncclGetErrorString(ncclResult_t result) {
 }
 SHIM_ALIAS(ncclGetErrorString)
 
-SHIM_API const char* pncclGetLastError(ncclComm_t comm) { return shim::lastErrorOf(comm); }
+SHIM_API const char* pncclGetLastError(ncclComm_t comm) {
+  try {
+    return shim::lastErrorOf(comm);
+  } catch (...) {
+    return "Tide NCCL shim: out of memory while reading the last error";
+  }
+}
 SHIM_ALIAS(ncclGetLastError)
 
 #pragma GCC diagnostic push
@@ -380,23 +387,44 @@ SHIM_ALIAS(ncclCommShrink)
 // ---- Communicator state and teardown -----------------------------------------
 
 SHIM_API ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
-  // Tide completes operations before their call (or group) returns: nothing
-  // is left to flush.
-  return comm->initState == ncclInProgress ? ncclSuccess : comm->initState;
+  return shim::guarded(comm, "ncclCommFinalize", [&]() -> ncclResult_t {
+    if (comm == nullptr)
+      return fail(nullptr, ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+    if (comm->initState != ncclSuccess) {
+      return comm->initState == ncclInProgress ? ncclSuccess : comm->initState;
+    }
+    // Host-buffer mode completes operations before their call (or group)
+    // returns. Operations on CUDA streams finish on their streams (the caller
+    // synchronizes them); what already failed is reported here.
+    if (comm->tide == nullptr || comm->hostMode) return ncclSuccess;
+    tideResult_t te = tideSuccess;
+    const tideResult_t r = tideCommGetAsyncError(comm->tide, &te);
+    if (r != tideSuccess) return fromTide(comm, r, "ncclCommFinalize");
+    if (te == tideSuccess || te == tideInProgress) return ncclSuccess;
+    return fail(comm, shim::mapResult(te, comm->callerVersion), "ncclCommFinalize: %s",
+                tideGetLastError(comm->tide));
+  });
 }
 SHIM_ALIAS(ncclCommFinalize)
 
 namespace {
 
 // ncclCommDestroy / ncclCommAbort: ends the Tide communicator with `end`
-// (tideCommDestroy or tideCommAbort) and frees the wrapper whatever `end`
-// returns. NULL is a no-op.
+// (tideCommDestroy or tideCommAbort; an abort unblocks calls of other threads
+// waiting inside Tide) and frees the wrapper whatever `end` returns, once no
+// call uses it any more; a call still not out after 10 s (a CUDA stream
+// that never drains) leaks the wrapper instead of freeing it under that
+// call. NULL is a no-op.
 ncclResult_t endComm(ncclComm_t comm, const char* what, tideResult_t (*end)(tideComm_t)) {
   if (comm == nullptr) return ncclSuccess;
   return shim::guarded(nullptr, what, [&] {
+    comm->closing.store(true);
     const tideResult_t r = comm->tide != nullptr ? end(comm->tide) : tideSuccess;
-    delete comm;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (comm->users.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (comm->users.load() == 0) delete comm;
     return r == tideSuccess ? ncclSuccess : fromTide(nullptr, r, what);
   });
 }
@@ -414,30 +442,34 @@ SHIM_API ncclResult_t pncclCommAbort(ncclComm_t comm) {
 SHIM_ALIAS(ncclCommAbort)
 
 SHIM_API ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  return fail(comm, ncclInvalidUsage,
-              "ncclCommRevoke (flags %d) is not supported by Tide; use ncclCommAbort, or "
-              "ncclCommShrink with NCCL_SHRINK_ABORT",
-              revokeFlags);
+  return shim::guarded(comm, "ncclCommRevoke", [&]() -> ncclResult_t {
+    return fail(comm, ncclInvalidUsage,
+                "ncclCommRevoke (flags %d) is not supported by Tide; use ncclCommAbort, or "
+                "ncclCommShrink with NCCL_SHRINK_ABORT",
+                revokeFlags);
+  });
 }
 SHIM_ALIAS(ncclCommRevoke)
 
 SHIM_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  if (comm == nullptr || asyncError == nullptr) {
-    return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: comm or asyncError is NULL");
-  }
-  if (comm->initState != ncclSuccess || comm->tide == nullptr) {
-    *asyncError = comm->tide == nullptr && comm->initState == ncclSuccess ? ncclInvalidUsage
-                                                                          : comm->initState;
+  return shim::guarded(comm, "ncclCommGetAsyncError", [&]() -> ncclResult_t {
+    if (comm == nullptr || asyncError == nullptr) {
+      return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: comm or asyncError is NULL");
+    }
+    if (comm->initState != ncclSuccess || comm->tide == nullptr) {
+      *asyncError = comm->tide == nullptr && comm->initState == ncclSuccess ? ncclInvalidUsage
+                                                                            : comm->initState;
+      return ncclSuccess;
+    }
+    tideResult_t te = tideSuccess;
+    const tideResult_t r = tideCommGetAsyncError(comm->tide, &te);
+    if (r != tideSuccess) return fromTide(comm, r, "ncclCommGetAsyncError");
+    *asyncError = shim::mapResult(te, comm->callerVersion);
+    if (te != tideSuccess && te != tideInProgress) {
+      fail(comm, *asyncError, "asynchronous error: %s", tideGetLastError(comm->tide));
+    }
     return ncclSuccess;
-  }
-  tideResult_t te = tideSuccess;
-  const tideResult_t r = tideCommGetAsyncError(comm->tide, &te);
-  if (r != tideSuccess) return fromTide(comm, r, "ncclCommGetAsyncError");
-  *asyncError = shim::mapResult(te, comm->callerVersion);
-  if (te != tideSuccess && te != tideInProgress) {
-    fail(comm, *asyncError, "asynchronous error: %s", tideGetLastError(comm->tide));
-  }
-  return ncclSuccess;
+  });
 }
 SHIM_ALIAS(ncclCommGetAsyncError)
 
@@ -453,24 +485,31 @@ ncclResult_t ready(ncclComm_t comm, const void* out, const char* what) {
 }  // namespace
 
 SHIM_API ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
-  ncclResult_t r = ready(comm, count, "ncclCommCount");
-  return r != ncclSuccess ? r : fromTide(comm, tideCommCount(comm->tide, count), "ncclCommCount");
+  return shim::guarded(comm, "ncclCommCount", [&]() -> ncclResult_t {
+    ncclResult_t r = ready(comm, count, "ncclCommCount");
+    return r != ncclSuccess ? r : fromTide(comm, tideCommCount(comm->tide, count), "ncclCommCount");
+  });
 }
 SHIM_ALIAS(ncclCommCount)
 
 SHIM_API ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
-  ncclResult_t r = ready(comm, rank, "ncclCommUserRank");
-  return r != ncclSuccess ? r
-                          : fromTide(comm, tideCommUserRank(comm->tide, rank), "ncclCommUserRank");
+  return shim::guarded(comm, "ncclCommUserRank", [&]() -> ncclResult_t {
+    ncclResult_t r = ready(comm, rank, "ncclCommUserRank");
+    return r != ncclSuccess
+               ? r
+               : fromTide(comm, tideCommUserRank(comm->tide, rank), "ncclCommUserRank");
+  });
 }
 SHIM_ALIAS(ncclCommUserRank)
 
 SHIM_API ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
-  if (comm == nullptr || device == nullptr) {
-    return fail(comm, ncclInvalidArgument, "ncclCommCuDevice: comm or device is NULL");
-  }
-  *device = comm->cudaDev;  // -1 in host-buffer mode
-  return ncclSuccess;
+  return shim::guarded(comm, "ncclCommCuDevice", [&]() -> ncclResult_t {
+    if (comm == nullptr || device == nullptr) {
+      return fail(comm, ncclInvalidArgument, "ncclCommCuDevice: comm or device is NULL");
+    }
+    *device = comm->cudaDev;  // -1 in host-buffer mode
+    return ncclSuccess;
+  });
 }
 SHIM_ALIAS(ncclCommCuDevice)
 

@@ -18,6 +18,17 @@ namespace {
 
 tideDataType_t td(ncclDataType_t t) { return static_cast<tideDataType_t>(t); }
 
+// A root or peer outside [0, nranks) fails the call itself, also inside a
+// group (as NCCL does), with a message naming it. Unknown nranks (creation
+// deferred to the group's end): checked by Tide when the call runs.
+ncclResult_t checkRank(ncclComm_t comm, int r, const char* what, const char* role) {
+  if (comm != nullptr && comm->nranks > 0 && (r < 0 || r >= comm->nranks)) {
+    return fail(comm, ncclInvalidArgument, "%s: %s %d is not a rank of this communicator [0, %d)",
+                what, role, r, comm->nranks);
+  }
+  return ncclSuccess;
+}
+
 // How a call's buffers are handled. Host-buffer mode: as they are, blocking.
 // GPU mode: the buffers (device or host) and the caller's stream go to Tide,
 // which orders the operation on the stream; a one-rank communicator with
@@ -248,17 +259,20 @@ SHIM_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
 SHIM_ALIAS(ncclRedOpCreatePreMulSum)
 
 SHIM_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclRedOpDestroy: comm is NULL");
-  size_t erased;
-  {
-    std::lock_guard<std::mutex> lock(comm->mu);
-    erased = comm->ops.erase(static_cast<int>(op));
-  }
-  if (erased == 0) {
-    return fail(comm, ncclInvalidArgument, "ncclRedOpDestroy: %d is not an operator of this comm",
-                static_cast<int>(op));
-  }
-  return ncclSuccess;
+  return shim::guarded(comm, "ncclRedOpDestroy", [&]() -> ncclResult_t {
+    if (comm == nullptr)
+      return fail(nullptr, ncclInvalidArgument, "ncclRedOpDestroy: comm is NULL");
+    size_t erased;
+    {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      erased = comm->ops.erase(static_cast<int>(op));
+    }
+    if (erased == 0) {
+      return fail(comm, ncclInvalidArgument, "ncclRedOpDestroy: %d is not an operator of this comm",
+                  static_cast<int>(op));
+    }
+    return ncclSuccess;
+  });
 }
 SHIM_ALIAS(ncclRedOpDestroy)
 
@@ -287,6 +301,7 @@ SHIM_API ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t c
                                   ncclDataType_t datatype, ncclRedOp_t op, int root,
                                   ncclComm_t comm, cudaStream_t stream) {
   const size_t bytes = count * shim::dtypeBytes(datatype);
+  if (checkRank(comm, root, "ncclReduce", "root") != ncclSuccess) return ncclInvalidArgument;
   return reduction(
       {comm, "ncclReduce", datatype, sendbuff, recvbuff, bytes}, stream, op, count, false,
       [=](shim::Staging& s, int rank, int) {
@@ -319,6 +334,7 @@ SHIM_API ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
   const size_t bytes = count * shim::dtypeBytes(datatype);
+  if (checkRank(comm, root, "ncclBroadcast", "root") != ncclSuccess) return ncclInvalidArgument;
   return collective(
       {comm, "ncclBroadcast", datatype, sendbuff, recvbuff, bytes}, stream,
       [=](shim::Staging& s, int rank, int) {
@@ -413,8 +429,10 @@ ncclResult_t gatherScatterCall(bool gather, const void* sendbuff, void* recvbuff
                                ncclDataType_t datatype, int root, ncclComm_t comm,
                                cudaStream_t stream) {
   const size_t bytes = count * shim::dtypeBytes(datatype);
+  const char* what = gather ? "ncclGather" : "ncclScatter";
+  if (checkRank(comm, root, what, "root") != ncclSuccess) return ncclInvalidArgument;
   return collective(
-      {comm, gather ? "ncclGather" : "ncclScatter", datatype, sendbuff, recvbuff, bytes}, stream,
+      {comm, what, datatype, sendbuff, recvbuff, bytes}, stream,
       [=](shim::Staging& s, int rank, int n) {
         const size_t big = bytes * static_cast<size_t>(n);
         if (gather) {
@@ -435,6 +453,9 @@ ncclResult_t gatherScatterCall(bool gather, const void* sendbuff, void* recvbuff
 ncclResult_t pointToPoint(bool isSend, void* buf, size_t count, ncclDataType_t datatype, int peer,
                           ncclComm_t comm, cudaStream_t stream) {
   const size_t bytes = count * shim::dtypeBytes(datatype);
+  if (checkRank(comm, peer, isSend ? "ncclSend" : "ncclRecv", "peer") != ncclSuccess) {
+    return ncclInvalidArgument;
+  }
   const Call c{comm,
                isSend ? "ncclSend" : "ncclRecv",
                datatype,

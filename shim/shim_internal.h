@@ -13,6 +13,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -49,6 +50,12 @@ struct ncclComm {
     size_t bytes;
   };
   std::deque<Pending> selfSends, selfRecvs;
+  // Calls running an operation (shim::submit) and whether ncclCommDestroy /
+  // ncclCommAbort has begun: the wrapper is freed only once no call uses it,
+  // so an abort from another thread (PyTorch's watchdog) cannot free it under
+  // a call that the abort just unblocked.
+  std::atomic<int> users{0};
+  std::atomic<bool> closing{false};
 };
 
 namespace tide::shim {

@@ -174,12 +174,20 @@ ncclResult_t groupPop(ncclSimInfo_t* simulate) {
     return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--tGroup.depth > 0) return ncclSuccess;
   Group g = std::exchange(tGroup, Group{});
+  // result: the first real error; pending: a non-blocking creation still
+  // running (ncclInProgress, reported only when nothing failed).
   ncclResult_t result = ncclSuccess;
+  bool pending = false;
   std::string firstMsg;
+  auto outcome = [&] { return result != ncclSuccess ? result : pending ? ncclInProgress : result; };
   // Creations first, concurrently: each blocks until all of its ranks joined.
   if (g.inits.size() == 1) {
-    result = g.inits[0]();
-    firstMsg = tLastError;
+    const ncclResult_t r = g.inits[0]();
+    pending = r == ncclInProgress;
+    if (r != ncclSuccess && r != ncclInProgress) {
+      result = r;
+      firstMsg = tLastError;
+    }
   } else if (!g.inits.empty()) {
     std::vector<ncclResult_t> rs(g.inits.size(), ncclSuccess);
     std::vector<std::string> msgs(g.inits.size());
@@ -187,12 +195,18 @@ ncclResult_t groupPop(ncclSimInfo_t* simulate) {
     threads.reserve(g.inits.size());
     for (size_t i = 0; i < g.inits.size(); ++i) {
       threads.emplace_back([&, i] {
-        rs[i] = g.inits[i]();
-        msgs[i] = tLastError;
+        try {
+          rs[i] = g.inits[i]();
+          msgs[i] = tLastError;
+        } catch (...) {  // never std::terminate in a helper thread
+          rs[i] = ncclInternalError;
+          msgs[i] = "ncclGroupEnd: communicator creation failed (out of memory?)";
+        }
       });
     }
     for (auto& t : threads) t.join();
     for (size_t i = 0; i < rs.size(); ++i) {
+      pending = pending || rs[i] == ncclInProgress;
       if (rs[i] != ncclSuccess && rs[i] != ncclInProgress && result == ncclSuccess) {
         result = rs[i];
         firstMsg = msgs[i];
@@ -205,9 +219,9 @@ ncclResult_t groupPop(ncclSimInfo_t* simulate) {
     // (5 us per operation, 10 GB/s), in microseconds.
     simulate->estimatedTime =
         static_cast<float>(5.0 * static_cast<double>(g.ops.size()) + g.bytes / 1e4);
-    return result;
+    return outcome();
   }
-  if (g.ops.empty()) return result;
+  if (g.ops.empty()) return outcome();
   tideResult_t r = tideGroupStart();
   if (r != tideSuccess) return fromTide(nullptr, r, "ncclGroupEnd");
   for (Deferred& op : g.ops) {
@@ -223,7 +237,7 @@ ncclResult_t groupPop(ncclSimInfo_t* simulate) {
     if (result != ncclSuccess) break;
     result = post();
   }
-  return result;
+  return outcome();
 }
 
 ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
@@ -233,12 +247,24 @@ ncclResult_t submit(ncclComm_t comm, const char* what, double bytes,
     return fail(comm, ncclInvalidUsage, "%s: communicator is not initialised", what);
   }
   Deferred run = [comm, what, op = std::move(op), staging]() -> ncclResult_t {
+    struct Use {  // keeps the wrapper alive (see ncclComm::users)
+      explicit Use(ncclComm_t c) : comm(c) { comm->users.fetch_add(1); }
+      ~Use() { comm->users.fetch_sub(1); }
+      ncclComm_t comm;
+    } use(comm);
+    auto closing = [&] {
+      return comm->closing.load() ? fail(comm, ncclInvalidUsage,
+                                         "%s: the communicator is being destroyed or aborted", what)
+                                  : ncclSuccess;
+    };
     if (comm->tide == nullptr) {
       return fail(comm, ncclInvalidUsage, "%s: communicator creation failed", what);
     }
+    if (closing() != ncclSuccess) return ncclInvalidUsage;
     if (staging != nullptr) {
       const ncclResult_t pulled = staging->pull();
       if (pulled != ncclSuccess) return pulled;
+      if (closing() != ncclSuccess) return ncclInvalidUsage;
     }
     return fromTide(comm, op(), what);
   };

@@ -13,6 +13,7 @@
  * with grouped calls. The parent waits under alarm().
  */
 #include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -185,6 +186,57 @@ static void queriesAndSplit(int n) {
   }
 }
 
+/* A root or peer outside the communicator fails the call itself (inside a
+ * group too), naming it; the communicator stays usable. */
+static void badRanks(int n) {
+  float x = 1, y[64];
+  EXPECT(ncclGather(&x, y, 1, ncclFloat, n, g_comm, NULL) == ncclInvalidArgument &&
+             strstr(ncclGetLastError(g_comm), "root") != NULL,
+         "gather root %d: %s", n, ncclGetLastError(g_comm));
+  EXPECT(ncclSend(&x, 1, ncclFloat, 99, g_comm, NULL) == ncclInvalidArgument &&
+             strstr(ncclGetLastError(g_comm), "peer 99") != NULL,
+         "send peer 99: %s", ncclGetLastError(g_comm));
+  EXPECT(ncclReduce(&x, y, 1, ncclFloat, ncclSum, -1, g_comm, NULL) == ncclInvalidArgument,
+         "reduce root -1");
+  MUST(ncclGroupStart());
+  EXPECT(ncclScatter(y, &x, 1, ncclFloat, n + 1, g_comm, NULL) == ncclInvalidArgument,
+         "scatter root %d in a group", n + 1);
+  EXPECT(ncclRecv(y, 1, ncclFloat, -2, g_comm, NULL) == ncclInvalidArgument,
+         "recv peer -2 in a group");
+  MUST(ncclGroupEnd());
+  float one = 1, sum = 0;
+  MUST(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, g_comm, NULL));
+  EXPECT(sum == (float)n, "allreduce after bad ranks %g", sum);
+}
+
+struct BlockedCall {
+  ncclComm_t comm;
+  ncclResult_t result;
+};
+
+static void* blockedAllReduce(void* arg) {
+  struct BlockedCall* b = (struct BlockedCall*)arg;
+  float x = 1, y = 0;
+  b->result = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, b->comm, NULL);
+  return NULL;
+}
+
+/* ncclCommAbort from another thread (PyTorch's watchdog) while a call waits
+ * for a peer that never comes: the call returns an error, nothing is freed
+ * under it (the ASan build would see it). */
+static void abortUnderACall(void) {
+  ncclComm_t c[2] = {NULL, NULL};
+  MUST(ncclCommInitAll(c, 2, NULL));
+  struct BlockedCall b = {c[0], ncclSuccess};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, blockedAllReduce, &b) == 0, "pthread_create");
+  usleep(300 * 1000); /* rank 1 of c never joins the All-Reduce */
+  MUST(ncclCommAbort(c[0]));
+  pthread_join(t, NULL);
+  EXPECT(b.result != ncclSuccess, "all-reduce aborted under it -> %d", (int)b.result);
+  MUST(ncclCommAbort(c[1]));
+}
+
 /* Two ranks driven by one thread: ncclCommInitAll, then two inits in a group. */
 static void oneThreadRanks(void) {
   ncclComm_t c[2] = {NULL, NULL};
@@ -207,6 +259,32 @@ static void oneThreadRanks(void) {
   MUST(ncclGroupEnd());
   EXPECT(s[0] == 4 && s[1] == 4, "group-init allreduce %d %d", s[0], s[1]);
   for (int i = 0; i < 2; ++i) MUST(ncclCommDestroy(c[i]));
+
+  /* Non-blocking creations in a group: ncclGroupEnd says ncclInProgress,
+   * ncclCommGetAsyncError turns ncclSuccess once each is ready. */
+  MUST(ncclGetUniqueId(&id));
+  ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
+  nb.blocking = 0;
+  MUST(ncclGroupStart());
+  for (int i = 0; i < 2; ++i) {
+    ncclResult_t r = ncclCommInitRankConfig(&c[i], 2, id, i, &nb);
+    EXPECT(r == ncclSuccess || r == ncclInProgress, "non-blocking init in a group -> %d", (int)r);
+  }
+  ncclResult_t r = ncclGroupEnd();
+  EXPECT(r == ncclInProgress, "group of non-blocking inits -> %d, want ncclInProgress", (int)r);
+  for (int i = 0; i < 2; ++i) {
+    ncclResult_t async = ncclInProgress;
+    for (int k = 0; k < 20000 && async == ncclInProgress; ++k) {
+      MUST(ncclCommGetAsyncError(c[i], &async));
+      if (async == ncclInProgress) usleep(1000);
+    }
+    EXPECT(async == ncclSuccess, "non-blocking comm %d -> %d", i, (int)async);
+  }
+  MUST(ncclGroupStart());
+  for (int i = 0; i < 2; ++i) MUST(ncclAllReduce(&a[i], &s[i], 1, ncclInt, ncclSum, c[i], NULL));
+  MUST(ncclGroupEnd());
+  EXPECT(s[0] == 7 && s[1] == 7, "non-blocking comms allreduce %d %d", s[0], s[1]);
+  for (int i = 0; i < 2; ++i) MUST(ncclCommDestroy(c[i]));
 }
 
 static int child(int rank, ncclUniqueId id) {
@@ -221,7 +299,9 @@ static int child(int rank, ncclUniqueId id) {
   MUST(ncclGroupEnd());
   collectives(kRanks);
   queriesAndSplit(kRanks);
+  badRanks(kRanks);
   if (rank == 0) oneThreadRanks();
+  if (rank == 1) abortUnderACall();
   /* Shrink away rank 2 (which does not take part). */
   if (rank != 2) {
     int excl[1] = {2};
