@@ -245,7 +245,9 @@ tideResult_t tideRecv(void* recvbuff, size_t count, tideDataType_t datatype, int
  * Per thread, nestable. Operations issued between the outermost Start and End
  * (on any communicators) are launched together by tideGroupEnd. Argument errors
  * are reported by the call that issued the operation; communication errors by
- * tideGroupEnd (or the stream). */
+ * tideGroupEnd (or the stream). A communicator destroyed or aborted (by any
+ * thread) while a group holds its operations makes tideGroupEnd launch
+ * nothing and return tideInvalidUsage. */
 tideResult_t tideGroupStart(void);
 tideResult_t tideGroupEnd(void);
 

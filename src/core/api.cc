@@ -29,14 +29,19 @@ namespace {
 thread_local std::string tLastError;
 thread_local std::string tLastErrorCopy;
 
-void recordError(const char* fn, tideComm* comm, const Status& s) {
-  std::string msg = std::string(fn) + ": " + s.message();
-  tLastError = msg;
-  if (comm != nullptr) {
-    std::lock_guard<std::mutex> lock(comm->errMu);
-    comm->lastError = msg;
+// Never throws: it runs outside the entry points' try blocks, possibly right
+// after an out-of-memory error.
+void recordError(const char* fn, tideComm* comm, const Status& s) noexcept {
+  try {
+    std::string msg = std::string(fn) + ": " + s.message();
+    tLastError = msg;
+    if (comm != nullptr) {
+      std::lock_guard<std::mutex> lock(comm->errMu);
+      comm->lastError = msg;
+    }
+    TIDE_WARN("%s failed: %s (%s)", fn, tideGetErrorString(s.code()), s.message().c_str());
+  } catch (...) {  // the error code still reaches the caller
   }
-  TIDE_WARN("%s failed: %s (%s)", fn, tideGetErrorString(s.code()), s.message().c_str());
 }
 
 template <class F>
@@ -73,6 +78,7 @@ void waitUnused(tideComm* comm) {
 }
 
 void freeComm(tideComm* comm) {
+  tide::liveRemove(comm);  // first: no open group takes it as a user from here on
   if (comm->initThread.joinable()) comm->initThread.join();
   waitUnused(comm);
   tide::checkForget(comm);
@@ -98,6 +104,8 @@ tide::Status initRank(tideComm_t* out, int nranks, const tideUniqueId& commId, i
   }
   tide::parseAlgoChoice(c);
   if (!blocking) {
+    c->rank = rank;  // answered by tideCommUserRank/Count while init runs
+    c->nranks = nranks;
     c->initThread = std::thread([c, id, nranks, rank] {
       Status st = tide::initCommunicator(c, id, nranks, rank);
       if (!st.ok()) {
@@ -151,13 +159,17 @@ TIDE_API const char* tideGetErrorString(tideResult_t r) {
 }
 
 TIDE_API const char* tideGetLastError(tideComm_t comm) {
-  if (comm != nullptr) {
-    std::lock_guard<std::mutex> lock(comm->errMu);
-    tLastErrorCopy = comm->lastError;
-  } else {
-    tLastErrorCopy = tLastError;
+  try {
+    if (comm != nullptr) {
+      std::lock_guard<std::mutex> lock(comm->errMu);
+      tLastErrorCopy = comm->lastError;
+    } else {
+      tLastErrorCopy = tLastError;
+    }
+    return tLastErrorCopy.c_str();
+  } catch (...) {
+    return "tideGetLastError: out of memory while copying the message";
   }
-  return tLastErrorCopy.c_str();
 }
 
 TIDE_API tideResult_t tideGetVersion(int* version) {

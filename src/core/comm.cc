@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <unordered_set>
 
 #include "core/affinity.h"
 #include "core/config.h"
@@ -136,9 +137,38 @@ Status buildTopology(tideComm* comm, const PeerInfo& me) {
 
 }  // namespace
 
+namespace {
+std::mutex gLiveMu;
+std::unordered_set<const tideComm*>& live() {
+  static auto* set = new std::unordered_set<const tideComm*>();  // outlives static destructors
+  return *set;
+}
+}  // namespace
+
+void liveAdd(const tideComm* comm) {
+  std::lock_guard<std::mutex> lock(gLiveMu);
+  live().insert(comm);
+}
+
+void liveRemove(const tideComm* comm) {
+  std::lock_guard<std::mutex> lock(gLiveMu);
+  live().erase(comm);
+}
+
+bool liveHold(const std::vector<tideComm*>& comms) {
+  std::lock_guard<std::mutex> lock(gLiveMu);
+  for (const tideComm* c : comms) {
+    if (live().count(c) == 0) return false;
+  }
+  for (tideComm* c : comms) c->users.fetch_add(1);
+  return true;
+}
+
 Status initCommunicator(tideComm* comm, const UniqueIdData& id, int nranks, int rank) {
-  comm->rank = rank;
-  comm->nranks = nranks;
+  // A non-blocking creator sets them before starting this thread, so that
+  // tideCommUserRank/Count answer at once: no second (racing) write then.
+  if (comm->rank != rank) comm->rank = rank;
+  if (comm->nranks != nranks) comm->nranks = nranks;
   comm->id = id;
   tideUniqueId raw;
   encodeUniqueId(id, &raw);

@@ -34,9 +34,26 @@ struct AlgoChoice {
   const AlgorithmInfo* forced[static_cast<int>(CollType::kCount)] = {};
 };
 
+// ---- Communicators alive in this process ----
+// Every tideComm registers itself on construction and leaves on destruction;
+// freeComm (api.cc) removes it first, before waiting for its users. Lets
+// tideGroupEnd check the communicators of the operations it holds without
+// touching freed memory (one may have been destroyed or aborted, possibly
+// by another thread, while the group was open). Thread-safe.
+void liveAdd(const tideComm* comm);
+void liveRemove(const tideComm* comm);
+// Adds one user (tideComm::users) to each of `comms` when all are alive, and
+// returns true; otherwise changes nothing and returns false.
+bool liveHold(const std::vector<tideComm*>& comms);
+
 }  // namespace tide
 
 struct tideComm {
+  tideComm() { tide::liveAdd(this); }
+  ~tideComm() { tide::liveRemove(this); }
+  tideComm(const tideComm&) = delete;
+  tideComm& operator=(const tideComm&) = delete;
+
   // ---- Identity (immutable after init) ----
   int rank = 0;
   int nranks = 1;

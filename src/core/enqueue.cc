@@ -556,6 +556,24 @@ Status groupEnd() {
     return makeStatus(first.code(), "group not launched: an operation in it failed: %s",
                       first.message().c_str());
   }
+  // The ops' communicators must still exist (one may have been destroyed or
+  // aborted while the group was open); held as users until they are issued.
+  std::vector<tideComm*> comms;
+  for (const OpDesc& op : ops) {
+    if (std::find(comms.begin(), comms.end(), op.comm) == comms.end()) comms.push_back(op.comm);
+  }
+  if (!liveHold(comms)) {
+    return invalidUsage(
+        "group not launched: a communicator of its %zu operation(s) was destroyed or aborted "
+        "before tideGroupEnd",
+        ops.size());
+  }
+  struct Release {
+    std::vector<tideComm*>& comms;
+    ~Release() {
+      for (tideComm* c : comms) c->users.fetch_sub(1);
+    }
+  } release{comms};
   if (ops.size() == 1 && ops[0].args.type == CollType::AllReduce && ops[0].cudaStream &&
       deviceEngineEligible(ops[0].comm)) {
     // A group of one All-Reduce (NCCL programs, nccl-tests among them, group

@@ -108,6 +108,8 @@ Status shrinkCommunicator(tideComm* comm, const int* excludeRanks, int nExclude,
   c->algo = comm->algo;
   const int n = static_cast<int>(survivors.size());
   if (!blocking) {
+    c->rank = newRank;  // answered by tideCommUserRank/Count while init runs
+    c->nranks = n;
     c->initThread = std::thread([c, nid, n, newRank] {
       Status st = initCommunicator(c, nid, n, newRank);
       if (!st.ok()) {

@@ -139,6 +139,12 @@ TEST(Threads, NonBlockingInitAndShrink) {
       tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
       cfg.blocking = 0;
       first[r] = tideCommInitRankConfig(&c[r], n, id, r, &cfg);
+      // Rank and size are known at once, while the creation runs.
+      int me = -1, size = 0;
+      if (c[r] != nullptr && (tideCommUserRank(c[r], &me) != tideSuccess || me != r ||
+                              tideCommCount(c[r], &size) != tideSuccess || size != n)) {
+        first[r] = tideInternalError;
+      }
       done[r] = c[r] == nullptr ? tideInternalError : PollInit(c[r], 20, &polls[r]);
     });
   }
@@ -159,6 +165,11 @@ TEST(Threads, NonBlockingInitAndShrink) {
       cfg.blocking = 0;
       int excl[1] = {1};
       first[r] = tideCommShrink(c[r], excl, 1, &nc[r], &cfg, TIDE_SHRINK_DEFAULT);
+      int me = -1, size = 0;
+      if (nc[r] != nullptr && (tideCommUserRank(nc[r], &me) != tideSuccess || me != r / 2 ||
+                               tideCommCount(nc[r], &size) != tideSuccess || size != 2)) {
+        first[r] = tideInternalError;
+      }
       done[r] = nc[r] == nullptr ? tideSuccess : PollInit(nc[r], 20, &polls[r]);
     });
   }
@@ -180,6 +191,31 @@ TEST(Threads, NonBlockingInitAndShrink) {
   EXPECT_TRUE(AllReduceOk(c, 1000));
   for (tideComm_t x : {nc[0], nc[2]}) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
   for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+}
+
+// A communicator destroyed (same thread) or aborted (another thread) while a
+// group holding its operation is open: tideGroupEnd fails cleanly instead of
+// touching freed memory (the ASan stage runs this).
+TEST(Threads, GroupOutlivesItsCommunicator) {
+  for (bool fromOtherThread : {false, true}) {
+    tideUniqueId id;
+    ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
+    tideComm_t c = nullptr;
+    ASSERT_EQ(tideCommInitRank(&c, 1, id, 0), tideSuccess);
+    float x = 1, y = 0;
+    ASSERT_EQ(tideGroupStart(), tideSuccess);
+    ASSERT_EQ(tideAllReduce(&x, &y, 1, tideFloat32, tideSum, c, nullptr), tideSuccess);
+    if (fromOtherThread) {
+      std::thread t([c] { EXPECT_EQ(tideCommAbort(c), tideSuccess); });
+      t.join();
+    } else {
+      EXPECT_EQ(tideCommDestroy(c), tideSuccess);
+    }
+    EXPECT_EQ(tideGroupEnd(), tideInvalidUsage);
+    EXPECT_NE(strstr(tideGetLastError(nullptr), "destroyed or aborted"), nullptr)
+        << tideGetLastError(nullptr);
+    EXPECT_EQ(y, 0.f);
+  }
 }
 
 TEST(Threads, ShrinkArguments) {
