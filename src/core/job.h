@@ -1,7 +1,10 @@
 // A job: the operations launched together (one call, or one group), possibly
-// on several communicators and streams. Whoever claims it first runs it (the
-// calling thread for a NULL stream, else a host stream's worker); everybody
-// else who queued it waits for it to be done.
+// on several communicators and streams. On host streams it runs once every
+// party has reached it: each host stream it is queued on (at the front of
+// that stream's queue, so all earlier work of the stream is done) and the
+// issuing thread when one of its ops uses the NULL stream; the last to arrive
+// runs it and the others wait for it to be done. The CUDA-stream path
+// (core/device_stream.cc) runs it on whoever claims it first.
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,11 @@ struct Job {
   Status result;
 
   bool claim() { return !claimed.exchange(true); }
+  // Host streams: `parties` is set before the job is queued anywhere.
+  std::atomic<int> arrivals{0};
+  int parties = 1;
+  // True for the last party to arrive (it runs the job).
+  bool arrive() { return arrivals.fetch_add(1) + 1 == parties; }
   void waitDone() {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });

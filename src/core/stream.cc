@@ -45,7 +45,8 @@ void workerLoop(tideStream* s) {
       if (s->queue.empty()) return;  // stop requested and drained
       job = s->queue.front();
     }
-    if (job->claim()) {
+    // At the front of this stream: every earlier job of it is done.
+    if (job->arrive()) {
       executeJob(*job);
     } else {
       job->waitDone();
