@@ -24,8 +24,20 @@ Task pairwiseAlltoAll(ExecCtx& ctx) {
   const size_t block = a.count * a.elemSize;
   const char* in = static_cast<const char*>(a.sendbuff);
   char* out = static_cast<char*>(a.recvbuff);
-  ctx.copy(out + r * block, in + r * block, block);
-  if (n == 1 || block == 0) co_return;
+  if (n == 1 || block == 0) {
+    ctx.copy(out + r * block, in + r * block, block);
+    co_return;
+  }
+  if (in == out) {
+    // In place (nccl-tests and NCCL programs pass one buffer): the blocks to
+    // send are copied aside first, since received blocks overwrite them.
+    char* copy = static_cast<char*>(ctx.scratch(block * static_cast<size_t>(n)));
+    if (copy == nullptr) co_return;
+    ctx.copy(copy, in, block * static_cast<size_t>(n));
+    in = copy;
+  } else {
+    ctx.copy(out + r * block, in + r * block, block);
+  }
   const pattern::Pairwise pw{r, n};
   std::vector<Pending> all;
   for (int s = 1; s < n; ++s) {

@@ -185,6 +185,7 @@ ncclResult_t derive(ncclComm_t parent, ncclComm_t* newcomm, ncclConfig_t* config
   c->hostMode = parent->hostMode;
   c->cudaDev = parent->cudaDev;
   c->callerVersion = s.callerVersion;
+  const bool inherit = config == nullptr;
   auto run = [=]() -> ncclResult_t {
     if (parent->tide == nullptr) {
       delete c;
@@ -193,7 +194,8 @@ ncclResult_t derive(ncclComm_t parent, ncclComm_t* newcomm, ncclConfig_t* config
     }
     tideComm_t t = nullptr;
     tideConfig_t tc = s.tide;
-    const tideResult_t tr = make(&t, &tc);
+    // A NULL config inherits the parent's settings (blocking, timeout, name).
+    const tideResult_t tr = make(&t, inherit ? nullptr : &tc);
     const ncclResult_t nr = fromTide(parent, tr, what);
     if (t == nullptr) {  // failed, or not part of any new communicator
       delete c;

@@ -464,22 +464,32 @@ const KernelTable kHostTable = {MemType::Host, &tableReduceFn, &tableScale, &hos
 
 }  // namespace
 
+namespace {
+
+// CPUID exits to the hypervisor in a virtual machine (about 15 us each here),
+// so the answer is computed once per process, never on the per-call path.
+bool detectAvx2() {
+#if TIDE_KERNELS_X86
+  __builtin_cpu_init();  // may run before libgcc's own initializer
+  if (!__builtin_cpu_supports("avx2")) return false;
+  // F16C through cpuid (leaf 1, ECX): clang has no "f16c" feature name.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 bool hostIsaSupported(HostIsa isa) {
   switch (isa) {
     case HostIsa::kBaseline:
       return true;
-    case HostIsa::kAvx2:
-#if TIDE_KERNELS_X86
-      __builtin_cpu_init();  // may run before libgcc's own initializer
-      if (!__builtin_cpu_supports("avx2")) return false;
-      {
-        // F16C through cpuid (leaf 1, ECX): clang has no "f16c" feature name.
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-      }
-#else
-      return false;
-#endif
+    case HostIsa::kAvx2: {
+      static const bool avx2 = detectAvx2();
+      return avx2;
+    }
   }
   return false;
 }

@@ -154,7 +154,10 @@ tideResult_t tideCommInitFromEnv(tideComm_t* comm);
 
 /* Collective over the ranks of `comm`. Ranks with the same color form a new
  * communicator ordered by (key, old rank); color TIDE_SPLIT_NOCOLOR gets
- * *newcomm = NULL. */
+ * *newcomm = NULL. A NULL config inherits the parent's settings (blocking,
+ * timeoutSeconds, commName), as NCCL's does; with blocking = 0 the call
+ * returns tideInProgress and the new communicator finishes in the background
+ * (tideCommGetAsyncError). The same holds for tideCommShrink. */
 #define TIDE_SPLIT_NOCOLOR (-1)
 tideResult_t tideCommSplit(tideComm_t comm, int color, int key, tideComm_t* newcomm,
                            tideConfig_t* config);
@@ -215,8 +218,8 @@ tideResult_t tideStreamDestroy(tideStream_t stream);
  * Argument order and in-place rules as NCCL:
  *  AllGather: in place when sendbuff == recvbuff + rank * sendcount elements.
  *  ReduceScatter: in place when recvbuff == sendbuff + rank * recvcount.
- *  AlltoAll: count elements to and from each peer; recvbuff must not overlap
- *  sendbuff. */
+ *  AlltoAll: count elements to and from each peer; in place when
+ *  sendbuff == recvbuff (any other overlap is undefined). */
 tideResult_t tideAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            tideDataType_t datatype, tideRedOp_t op, tideComm_t comm,
                            tideStream_t stream);

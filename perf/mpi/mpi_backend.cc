@@ -14,7 +14,7 @@
 //                    then copies send to recv (MPI has no out-of-place form;
 //                    the copy is included in the time).
 //   Reduce        -> MPI_Reduce (MPI_IN_PLACE at the root when send == recv)
-//   AlltoAll      -> MPI_Alltoall
+//   AlltoAll      -> MPI_Alltoall (MPI_IN_PLACE when send == recv)
 //   SendRecv      -> MPI_Sendrecv, or MPI_Sendrecv_replace when send == recv
 // Every call is blocking: MPI collectives have no counterpart of a host stream,
 // so -z 0 runs exactly like -z 1 (noted in the header).
@@ -183,6 +183,10 @@ class MpiPerfBackend final : public Backend {
     int n;
     MPI_Datatype t;
     if (tideResult_t r = Args(count, type, tideSum, &n, &t, nullptr); r != tideSuccess) return r;
+    if (send == recv) {  // in place: MPI's form ignores the send arguments
+      return Call("MPI_Alltoall",
+                  MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, t, comm_));
+    }
     return Call("MPI_Alltoall", MPI_Alltoall(send, n, t, recv, n, t, comm_));
   }
 

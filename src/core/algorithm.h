@@ -116,6 +116,16 @@ class ExecCtx {
   WaitAwaiter wait(const Pending& a, const Pending& b);
   WaitAwaiter waitAll(const std::vector<Pending>& ps);
 
+  // co_await ctx.until(ready, arg, bell): suspends until ready(arg) returns
+  // true, for progress that is not a posted transfer (the small-collective
+  // lane's slots). The executor polls `ready` on every sweep and, when idle,
+  // sleeps on `bell` (rung by whoever makes it true); `ready` may report a
+  // failure through setError() on this context (then the operation ends).
+  using ReadyFn = bool (*)(void* arg);
+  WaitAwaiter until(ReadyFn ready, void* arg, Doorbell* bell);
+  // The doorbell of a pending until(), or null.
+  Doorbell* untilBell() const { return ready_ != nullptr ? readyBell_ : nullptr; }
+
   // ---- Local work ----
   void reduce(void* dst, const void* a, const void* b, size_t count) const {
     args_.reduce(dst, a, b, count);
@@ -132,6 +142,7 @@ class ExecCtx {
   }
   bool waitsDone() const;
   std::coroutine_handle<> takeResume() { return std::exchange(resume_, {}); }
+  void clearUntil() { ready_ = nullptr; }
   bool hasResume() const { return static_cast<bool>(resume_); }
   // Connections with posted, possibly incomplete transfers.
   std::vector<Connection*>& active() { return active_; }
@@ -155,6 +166,9 @@ class ExecCtx {
   Status error_;
   std::coroutine_handle<> resume_;
   std::vector<Pending> waits_;
+  ReadyFn ready_ = nullptr;  // a pending until(), polled by waitsDone()
+  void* readyArg_ = nullptr;
+  Doorbell* readyBell_ = nullptr;
   std::vector<Connection*> active_;
   std::vector<void*> scratch_;
 

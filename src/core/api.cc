@@ -15,6 +15,7 @@
 #include "core/enqueue.h"
 #include "core/env_init.h"
 #include "core/log.h"
+#include "core/planner.h"
 #include "core/shrink.h"
 #include "cuda/cuda_loader.h"
 #include "tide/tide.h"
@@ -103,30 +104,7 @@ tide::Status initRank(tideComm_t* out, int nranks, const tideUniqueId& commId, i
     return s;
   }
   tide::parseAlgoChoice(c);
-  if (!blocking) {
-    c->rank = rank;  // answered by tideCommUserRank/Count while init runs
-    c->nranks = nranks;
-    c->initThread = std::thread([c, id, nranks, rank] {
-      Status st = tide::initCommunicator(c, id, nranks, rank);
-      if (!st.ok()) {
-        c->setAsyncError(st);
-        std::lock_guard<std::mutex> lock(c->errMu);
-        c->lastError = "tideCommInitRankConfig: " + st.message();
-      }
-      c->initState = st.ok() ? tideSuccess : st.code();
-    });
-    *out = c;
-    return Status(tideInProgress, "");
-  }
-  s = tide::initCommunicator(c, id, nranks, rank);
-  if (!s.ok()) {
-    tide::teardownCommunicator(c);
-    delete c;
-    return s;
-  }
-  c->initState = tideSuccess;
-  *out = c;
-  return Status::Ok();
+  return tide::startInit(c, id, nranks, rank, blocking, "tideCommInitRankConfig", out);
 }
 
 }  // namespace

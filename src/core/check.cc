@@ -202,7 +202,7 @@ Status checkJob(Job& job) {
   for (auto& [comm, ticket] : job.tickets) {
     std::vector<OpPrint> mine;
     for (const OpDesc& op : job.ops) {
-      if (op.comm == comm && op.algo != nullptr) mine.push_back(printOf(op));
+      if (op.comm == comm && op.chained()) mine.push_back(printOf(op));
     }
     if (mine.empty()) continue;  // send/recv only
     uint64_t seq;

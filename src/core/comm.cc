@@ -264,12 +264,18 @@ void teardownCommunicator(tideComm* comm) {
   comm->bootstrap.reset();
 }
 
-Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking) {
+Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking,
+                   const tideComm* parent) {
   *blocking = true;
   comm->timeoutSec = static_cast<int>(knobInt(Knob::Timeout));
   comm->chunkBytes = knobSize(Knob::ChunkSize);
   comm->wait.spinUs = static_cast<int>(knobInt(Knob::SpinUs));
   comm->wait.yieldUs = static_cast<int>(knobInt(Knob::YieldUs));
+  if (config == nullptr && parent != nullptr) {
+    *blocking = parent->blocking;
+    comm->timeoutSec = parent->timeoutSec;
+    comm->name = parent->name;
+  }
   if (config != nullptr) {
     if (config->magic != TIDE_CONFIG_MAGIC)
       return invalidArgument("config was not initialised with TIDE_CONFIG_INITIALIZER");
@@ -280,6 +286,36 @@ Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking) {
       comm->timeoutSec = config->timeoutSeconds < 0 ? 0 : config->timeoutSeconds;
     if (config->commName) comm->name = config->commName;
   }
+  comm->blocking = *blocking;
+  return Status::Ok();
+}
+
+Status startInit(tideComm* c, const UniqueIdData& id, int nranks, int rank, bool blocking,
+                 const char* fn, tideComm** out) {
+  *out = nullptr;
+  if (!blocking) {
+    c->rank = rank;  // answered by tideCommUserRank/Count while init runs
+    c->nranks = nranks;
+    c->initThread = std::thread([c, id, nranks, rank, fn] {
+      Status st = initCommunicator(c, id, nranks, rank);
+      if (!st.ok()) {
+        c->setAsyncError(st);
+        std::lock_guard<std::mutex> lock(c->errMu);
+        c->lastError = std::string(fn) + ": " + st.message();
+      }
+      c->initState = st.ok() ? tideSuccess : st.code();
+    });
+    *out = c;
+    return Status(tideInProgress, "");
+  }
+  Status s = initCommunicator(c, id, nranks, rank);
+  if (!s.ok()) {
+    teardownCommunicator(c);
+    delete c;
+    return s;
+  }
+  c->initState = tideSuccess;
+  *out = c;
   return Status::Ok();
 }
 
@@ -319,18 +355,16 @@ Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
   TIDE_TRY(decodeUniqueId(ids[members.front()], &nid));
   auto* c = new tideComm();
   bool blocking = true;
-  Status s = applyConfig(c, config, &blocking);
-  if (s.ok()) s = initCommunicator(c, nid, static_cast<int>(members.size()), newRank);
+  Status s = applyConfig(c, config, &blocking, comm);
   if (!s.ok()) {
-    teardownCommunicator(c);
     delete c;
     return s;
   }
   c->algo = comm->algo;
-  c->initState = tideSuccess;
+  s = startInit(c, nid, static_cast<int>(members.size()), newRank, blocking, "tideCommSplit",
+                newcomm);
   setLogRank(comm->rank);
-  *newcomm = c;
-  return Status::Ok();
+  return s;
 }
 
 }  // namespace tide

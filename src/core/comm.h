@@ -59,6 +59,7 @@ struct tideComm {
   int nranks = 1;
   uint64_t commHash = 0;  // printable id for logs
   std::string name;       // config commName or ""
+  bool blocking = true;   // config blocking (split/shrink with a NULL config inherit it)
   tide::UniqueIdData id;  // the id it was created from (split reuses the secret)
   std::vector<tide::PeerInfo> peers;
   std::vector<const char*> transportOf;  // per peer, for logs
@@ -121,6 +122,15 @@ void teardownCommunicator(tideComm* comm);
 Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
                          const tideConfig_t* config);
 // Applies a config (after validation) and environment knobs to a new comm.
-Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking);
+// With a NULL config and a parent (split, shrink), the new communicator
+// inherits the parent's settings (blocking, timeout, name), as NCCL's do.
+Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking,
+                   const tideComm* parent = nullptr);
+// Creates a configured communicator (initCommunicator): blocking, on this
+// thread (on failure `c` is torn down and freed, *out stays null); or not,
+// on c->initThread (*out = c at once; returns tideInProgress; a failure is
+// recorded on c for tideCommGetAsyncError, its message prefixed by `fn`).
+Status startInit(tideComm* c, const UniqueIdData& id, int nranks, int rank, bool blocking,
+                 const char* fn, tideComm** out);
 
 }  // namespace tide

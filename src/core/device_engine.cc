@@ -279,22 +279,15 @@ bool deviceEngineEligible(const tideComm* comm) {
          comm->bootstrap != nullptr;
 }
 
-Status submitDeviceAllReduce(const OpDesc& op, bool avg, bool* used) {
-  return submitEngine(op, avg, used);
-}
-
-namespace devstream {
-
-Status submitDeviceColl(const OpDesc& op, bool avg, bool* used) {
+Status submitDeviceEngine(const OpDesc& op, bool* used) {
   const CollType t = op.args.type;
-  if (t != CollType::AllGather && t != CollType::ReduceScatter && t != CollType::Broadcast) {
+  if (t != CollType::AllReduce && t != CollType::AllGather && t != CollType::ReduceScatter &&
+      t != CollType::Broadcast) {
     *used = false;
     return Status::Ok();
   }
-  return submitEngine(op, avg, used);
+  return submitEngine(op, op.avg, used);
 }
-
-}  // namespace devstream
 
 Status deviceEngineError(tideComm* comm) {
   if (gEngines.load(std::memory_order_relaxed) == 0) return Status::Ok();

@@ -486,19 +486,6 @@ Status classifyStream(tideStream* s, StreamKind* kind) {
 
 Status submitDevice(std::vector<OpDesc>& ops) {
   if (ops.empty()) return Status::Ok();
-  if (ops.size() == 1 && deviceEngineEligible(ops[0].comm)) {
-    // A lone AllGather / ReduceScatter / Broadcast (ungrouped, or the only
-    // operation of a group; the same on every rank) takes the device engine
-    // like All-Reduce does, unless its creation failed on some rank. Its
-    // sequence number and tag were taken at issue, as on the staged path.
-    bool used = false;
-    const bool avg = ops[0].preScale != 0 || ops[0].postDiv != 0;
-    Status s = devstream::submitDeviceColl(ops[0], avg, &used);
-    if (used || !s.ok()) {
-      ops.clear();
-      return s;
-    }
-  }
   std::unique_ptr<Entry> owned;
   Status s = prepare(ops, &owned);
   std::vector<OpDesc> mine = std::move(ops);

@@ -34,18 +34,19 @@ Status submitDevice(std::vector<OpDesc>& ops);
 // on the same stream; `window` chunks are in flight at once. Consumes `ops`.
 Status submitDevicePipelined(std::vector<OpDesc>& chunks, size_t window);
 
-// Device All-Reduce engine path (cuda/device_coll.h) of an All-Reduce on a
-// CUDA stream, for communicators whose ranks are all on one node (at most 8
-// ranks). The decision depends only on the call and on what every rank
+// Device engine path (cuda/device_coll.h) of a lone All-Reduce, AllGather,
+// ReduceScatter or Broadcast on a CUDA stream (route Route::kDevice, chosen
+// by the planner), for communicators whose ranks are all on one node (at
+// most 8 ranks). The decision depends only on the call and on what every rank
 // knows alike. On first use the engine is created inside the communicator's
 // issue order (a ticket, then the bootstrap allGather on this thread); a
 // failed creation on any rank is agreed on by all ranks, and from then on
 // the communicator takes the staged path (*used = false, Ok). Otherwise the
 // engine's kernels are enqueued on op.stream (capturable, no host wait) and
-// *used = true. `avg`: op.args.op is Sum and the result is divided by the
-// rank count on the device. Blocking only during the first call.
+// *used = true. With op.avg, op.args.op is Sum and the result is divided by
+// the rank count on the device. Blocking only during the first call.
 bool deviceEngineEligible(const tideComm* comm);
-Status submitDeviceAllReduce(const OpDesc& op, bool avg, bool* used);
+Status submitDeviceEngine(const OpDesc& op, bool* used);
 
 // Closes the device All-Reduce engine (collective over the bootstrap,
 // bounded; after tideCommAbort its device-side waits are aborted first),

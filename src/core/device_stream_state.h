@@ -122,14 +122,6 @@ Status driverError(const char* what, int rc);
 // callbacks release their word themselves.
 void drain(CommState* st);
 
-// Device engine path (cuda/device_coll.h) of a lone AllGather,
-// ReduceScatter or Broadcast on a CUDA stream (ungrouped, or a group holding
-// only that operation), under the conditions and with the contract of
-// submitDeviceAllReduce (core/device_stream.h): *used = false and Ok when the
-// engine is agreed unusable (staged path). `avg`: ReduceScatter with tideAvg.
-// Defined in core/device_engine.cc.
-Status submitDeviceColl(const OpDesc& op, bool avg, bool* used);
-
 // The engine part of teardown (core/device_engine.cc): collective close
 // (bounded; after an abort the device-side waits give up first), then the
 // pinned stages of host-buffer calls are freed. No-op without an engine.

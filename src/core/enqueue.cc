@@ -18,6 +18,7 @@
 #include "core/device_stream.h"
 #include "core/job.h"
 #include "core/log.h"
+#include "core/planner.h"
 #include "core/registry.h"
 #include "cuda/cuda_loader.h"
 #include "cuda/stream_order.h"
@@ -32,151 +33,8 @@ const char* collName(CollType t) {
 
 namespace {
 
-// ---- Algorithm choice ------------------------------------------------------------
-
 bool reduces(CollType t) {
   return t == CollType::AllReduce || t == CollType::Reduce || t == CollType::ReduceScatter;
-}
-
-void warnOnce(const std::string& msg) {
-  static std::mutex mu;
-  static std::set<std::string> seen;
-  std::lock_guard<std::mutex> lock(mu);
-  if (seen.insert(msg).second) TIDE_WARN("%s", msg.c_str());
-}
-
-const AlgorithmInfo* findAlgo(const std::string& name, CollType t) {
-  for (const AlgorithmInfo* a : registeredAlgorithms()) {
-    if (strcasecmp(a->name, name.c_str()) == 0 && (a->collMask & collBit(t))) return a;
-  }
-  return nullptr;
-}
-
-bool knownAlgoName(const std::string& name) {
-  for (const AlgorithmInfo* a : registeredAlgorithms()) {
-    if (strcasecmp(a->name, name.c_str()) == 0) return true;
-  }
-  return false;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t");
-  size_t e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-// Splits "allreduce:ring;broadcast:ring" or "ring" into (coll or "", name).
-std::vector<std::pair<std::string, std::string>> parseSpec(const std::string& spec) {
-  std::vector<std::pair<std::string, std::string>> out;
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t end = spec.find(';', pos);
-    std::string item = trim(spec.substr(pos, end == std::string::npos ? end : end - pos));
-    if (!item.empty()) {
-      size_t colon = item.find(':');
-      if (colon == std::string::npos) {
-        out.emplace_back("", item);
-      } else {
-        out.emplace_back(trim(item.substr(0, colon)), trim(item.substr(colon + 1)));
-      }
-    }
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return out;
-}
-
-bool collFromName(const std::string& name, CollType* out) {
-  for (int t = 0; t < static_cast<int>(CollType::Send); ++t) {
-    if (strcasecmp(name.c_str(), collName(static_cast<CollType>(t))) == 0) {
-      *out = static_cast<CollType>(t);
-      return true;
-    }
-  }
-  return false;
-}
-
-// Logs the cost model's table for a call shape once per communicator (at
-// TIDE_DEBUG=INFO): every candidate's predicted time and the choice.
-void logChoice(const CollArgs& args, const tideComm* comm, const std::string& table,
-               const AlgorithmInfo* chosen) {
-  static std::mutex mu;
-  static std::set<std::tuple<uint64_t, int, size_t, int>> seen;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto key = std::make_tuple(comm->commHash, static_cast<int>(args.type), args.count,
-                               static_cast<int>(args.dtype));
-    if (!seen.insert(key).second) return;
-  }
-  TIDE_INFO("choice: %s %zu x %s on %d ranks / %d nodes:%s -> %s", collName(args.type), args.count,
-            dtypeName(args.dtype), comm->nranks, comm->topo.nnodes, table.c_str(),
-            chosen ? chosen->name : "none");
-}
-
-// The cost model's choice: the supporting algorithm with the smallest
-// predicted time; unmodelled ones only when no modelled one supports the call.
-const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
-  const AlgorithmInfo* best = nullptr;
-  const AlgorithmInfo* fallback = nullptr;
-  double bestUs = 0;
-  const bool log = logLevel() >= LogLevel::Info;
-  std::string table;
-  for (const AlgorithmInfo* a : registeredAlgorithms()) {
-    if (!(a->collMask & collBit(args.type))) continue;
-    if (a->supports != nullptr && !a->supports(args, comm->nranks)) continue;
-    if (a->predictUs == nullptr) {
-      if (fallback == nullptr) fallback = a;
-      continue;
-    }
-    double us = a->predictUs(args, comm->topo, comm->chunkBytes);
-    if (log) {
-      char item[64];
-      snprintf(item, sizeof(item), " %s %.1f us", a->name, us);
-      table += item;
-    }
-    if (best == nullptr || us < bestUs) {
-      best = a;
-      bestUs = us;
-    }
-  }
-  const AlgorithmInfo* chosen = best != nullptr ? best : fallback;
-  if (log) logChoice(args, comm, table, chosen);
-  return chosen;
-}
-
-// The cost model's answer depends only on the call's shape and the
-// communicator (whose topology is immutable), so repeated shapes - a training
-// loop, a benchmark - skip the model (whose predictions allocate). A small
-// direct-mapped cache per thread; the communicator's address and hash both
-// key it, so a new communicator at a recycled address never hits a stale entry.
-struct ChoiceEntry {
-  const tideComm* comm = nullptr;
-  uint64_t commHash = 0;
-  size_t count = 0;
-  int root = 0;
-  CollType type = CollType::kCount;
-  tideDataType_t dtype = tideFloat32;
-  RedOp op = RedOp::Sum;
-  const AlgorithmInfo* algo = nullptr;
-};
-constexpr size_t kChoiceSlots = 32;
-thread_local ChoiceEntry tChoices[kChoiceSlots];
-
-const AlgorithmInfo* cachedAutoAlgo(const CollArgs& args, const tideComm* comm) {
-  size_t h = reinterpret_cast<uintptr_t>(comm) >> 6;
-  h = h * 31 + args.count;
-  h = h * 31 + static_cast<size_t>(args.type);
-  h = h * 31 + static_cast<size_t>(args.dtype);
-  ChoiceEntry& e = tChoices[(h ^ (h >> 17)) % kChoiceSlots];
-  if (e.comm == comm && e.commHash == comm->commHash && e.count == args.count &&
-      e.root == args.root && e.type == args.type && e.dtype == args.dtype && e.op == args.op &&
-      e.algo != nullptr) {
-    return e.algo;
-  }
-  const AlgorithmInfo* algo = autoAlgo(args, comm);
-  e = ChoiceEntry{comm,      comm->commHash, args.count, args.root,
-                  args.type, args.dtype,     args.op,    algo};
-  return algo;
 }
 
 // ---- Groups ----------------------------------------------------------------------
@@ -212,9 +70,52 @@ Status submitLocal(std::vector<OpDesc>& ops) {
   return job.result;
 }
 
+// A rank's sends to itself and receives from itself in one launch pair up
+// in order, each pair of one size (NCCL's rule: self send/recv are grouped).
+// Checked before anything is queued, so a mismatch fails this call alone and
+// leaves the communicator usable.
+Status checkSelfPairs(const std::vector<OpDesc>& ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpDesc& first = ops[i];
+    if (first.route != Route::kP2p || first.args.root != first.comm->rank) continue;
+    bool seen = false;  // this communicator was checked at an earlier op
+    for (size_t j = 0; j < i && !seen; ++j) {
+      seen = ops[j].comm == first.comm && ops[j].route == Route::kP2p &&
+             ops[j].args.root == ops[j].comm->rank;
+    }
+    if (seen) continue;
+    std::vector<uint64_t> sends, recvs;
+    for (const OpDesc& op : ops) {
+      if (op.comm != first.comm || op.route != Route::kP2p || op.args.root != op.comm->rank)
+        continue;
+      (op.args.type == CollType::Send ? sends : recvs).push_back(op.args.count * op.args.elemSize);
+    }
+    if (sends.size() != recvs.size()) {
+      return invalidArgument(
+          "%zu send(s) to self and %zu receive(s) from self in one launch on rank %d: each send "
+          "to self needs a receive from self in the same group",
+          sends.size(), recvs.size(), first.comm->rank);
+    }
+    for (size_t k = 0; k < sends.size(); ++k) {
+      if (sends[k] != recvs[k]) {
+        return invalidArgument(
+            "send to self #%zu of %llu bytes is matched by a receive from self of %llu bytes on "
+            "rank %d: sizes must agree",
+            k, static_cast<unsigned long long>(sends[k]), static_cast<unsigned long long>(recvs[k]),
+            first.comm->rank);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // Consumes `ops` (left empty, capacity kept where possible).
 Status submit(std::vector<OpDesc>& ops) {
   if (ops.empty()) return Status::Ok();
+  if (Status pairs = checkSelfPairs(ops); !pairs.ok()) {
+    ops.clear();
+    return pairs;
+  }
   bool anyStream = false;
   size_t cudaOps = 0;
   for (const OpDesc& op : ops) {
@@ -259,6 +160,16 @@ Status submit(std::vector<OpDesc>& ops) {
 
 }  // namespace
 
+LaneOp laneOpOf(const OpDesc& d) {
+  LaneOp op;
+  op.args = d.args;
+  op.preScale = d.preScale;
+  op.postDiv = d.postDiv;
+  op.tag = d.tag;
+  op.seq = d.seq;
+  return op;
+}
+
 void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
   std::lock_guard<std::mutex> lock(gIssueMu);
   for (OpDesc& op : job.ops) {
@@ -277,19 +188,12 @@ namespace {
 
 // ---- Small-collective lane -------------------------------------------------------------
 
-Lane* laneOf(const tideComm* comm) { return comm->lane.get(); }
-
 // Runs a lane-accepted blocking collective on the calling thread, in issue
 // order: it takes a ticket like a job and first waits for every earlier job
 // of the communicator (host-stream work) to finish. Errors stick to the
 // communicator, as they do for jobs.
 Status runOnLane(tideComm* comm, Lane* lane, const OpDesc& d) {
-  LaneOp op;
-  op.args = d.args;
-  op.preScale = d.preScale;
-  op.postDiv = d.postDiv;
-  op.tag = d.tag;
-  op.seq = d.seq;
+  const LaneOp op = laneOpOf(d);
   // Every queued job holds a user count until it is done, and this call
   // holds one: when the count is 1, nothing of this communicator is in
   // flight and (one issuing thread per communicator) nothing can be queued
@@ -372,49 +276,44 @@ Status validate(tideComm* comm, CollType type, const void* sendbuff, void* recvb
     return invalidArgument("%s: sendbuff is NULL with count %zu", collName(type), count);
   if (needRecv && recvbuff == nullptr)
     return invalidArgument("%s: recvbuff is NULL with count %zu", collName(type), count);
-  if (type == CollType::AlltoAll && sendbuff == recvbuff)
-    return invalidArgument("alltoall: in-place operation is not supported");
   return Status::Ok();
 }
 
 }  // namespace
 
-void parseAlgoChoice(tideComm* comm) {
-  comm->algo = AlgoChoice{};
-  std::string spec = knobString(Knob::Algo);
-  for (auto& [coll, name] : parseSpec(spec)) {
-    if (!knownAlgoName(name)) {
-      warnOnce("TIDE_ALGO: unknown algorithm \"" + name + "\"; using the automatic choice");
-      continue;
-    }
-    for (int t = 0; t < static_cast<int>(CollType::Send); ++t) {
-      auto ct = static_cast<CollType>(t);
-      CollType want;
-      if (!coll.empty()) {
-        if (!collFromName(coll, &want)) {
-          warnOnce("TIDE_ALGO: unknown collective \"" + coll + "\"");
-          break;
-        }
-        if (want != ct) continue;
-      }
-      const AlgorithmInfo* a = findAlgo(name, ct);
-      if (a != nullptr) {
-        comm->algo.forced[t] = a;
-      } else {
-        warnOnce("TIDE_ALGO: \"" + name + "\" does not apply to " + collName(ct) +
-                 "; using the automatic choice there");
-      }
-    }
-  }
-  for (auto& [coll, name] : parseSpec(knobString(Knob::Proto))) {
-    if (strcasecmp(name.c_str(), "simple") != 0)
-      warnOnce("TIDE_PROTO: protocol \"" + name + "\" is not available; using simple");
-  }
-}
-
 void attachLane(tideComm* comm, std::unique_ptr<Lane> lane) { comm->lane = std::move(lane); }
 
 void detachLane(tideComm* comm) { comm->lane.reset(); }
+
+namespace {
+
+// Avg is lowered here, once, for every route: floats are pre-scaled by 1/n,
+// integers summed then divided by n (the lane, the job chain and the device
+// engine apply what this records). Resolves the reduction kernel once.
+Status lowerReduction(OpDesc* d, int op) {
+  CollArgs& a = d->args;
+  if (!reduces(a.type)) return Status::Ok();
+  const KernelTable* k = kernelsFor(a.mem);
+  if (k == nullptr) return internalError("no kernels registered for host memory");
+  if (op == tideAvg) {
+    a.op = RedOp::Sum;
+    d->avg = true;
+    if (dtypeIsFloat(a.dtype)) {
+      d->preScale = 1.0 / d->comm->nranks;
+    } else {
+      d->postDiv = static_cast<uint64_t>(d->comm->nranks);
+    }
+  } else {
+    a.op = static_cast<RedOp>(op);
+  }
+  a.reduce = k->reduceFn(a.dtype, a.op);
+  if (a.reduce == nullptr)
+    return internalError("no %s kernel for %s", opName(static_cast<tideRedOp_t>(op)),
+                         dtypeName(a.dtype));
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
                void* recvbuff, size_t count, int dtype, int op, int root) {
@@ -451,89 +350,58 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
   a.elemSize = dtypeSize(a.dtype);
   a.root = root;
   a.mem = MemType::Host;
-  const KernelTable* k = kernelsFor(a.mem);
-  if (k == nullptr) return internalError("no kernels registered for host memory");
-  if (reduces(type)) {
-    if (op == tideAvg) {
-      a.op = RedOp::Sum;
-      if (dtypeIsFloat(a.dtype)) {
-        d.preScale = 1.0 / comm->nranks;
-      } else {
-        d.postDiv = static_cast<uint64_t>(comm->nranks);
-      }
-    } else {
-      a.op = static_cast<RedOp>(op);
-    }
-    a.reduce = k->reduceFn(a.dtype, a.op);
-    if (a.reduce == nullptr)
-      return internalError("no %s kernel for %s", opName(static_cast<tideRedOp_t>(op)),
-                           dtypeName(a.dtype));
-  }
-  const bool coll = type != CollType::Send && type != CollType::Recv;
-  auto tagOf = [&](size_t n = SIZE_MAX) {
-    return opTagOf(comm->collCount++, static_cast<int>(type), n == SIZE_MAX ? count : n, dtype,
-                   reduces(type) ? op : -1,
+  TIDE_TRY(lowerReduction(&d, op));
+  const bool grouped = tGroup.depth > 0;
+  TIDE_TRY(planRoute(&d, !grouped));
+  auto tagOf = [&](size_t n) {
+    return opTagOf(comm->collCount++, static_cast<int>(type), n, dtype, reduces(type) ? op : -1,
                    (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
   };
-  auto chooseAlgo = [&](const CollArgs& args) {
-    const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(type)];
-    return (forced && (!forced->supports || forced->supports(args, comm->nranks)))
-               ? forced
-               : cachedAutoAlgo(args, comm);
-  };
-  if (kind == StreamKind::kCuda && type == CollType::AllReduce && tGroup.depth == 0 &&
-      deviceEngineEligible(comm)) {
-    // One-node communicator: the device All-Reduce engine (kernels on the
-    // caller's stream), unless its creation failed on some rank. Same choice
-    // on every rank: the call shape and communicator facts only.
+  if (d.route == Route::kDevice) {
+    // The device engine, unless its creation failed on some rank (then every
+    // rank plans the staged route instead).
+    d.seq = comm->opCount++;
+    d.tag = tagOf(count);
     bool used = false;
-    Status s = submitDeviceAllReduce(d, op == tideAvg, &used);
-    if (used || !s.ok()) {
-      if (s.ok()) {
-        d.seq = comm->opCount++;
-        (void)tagOf();  // keeps the op-tag sequence in step with the other paths
-      }
-      return s;
-    }
+    Status s = submitDeviceEngine(d, &used);
+    if (used || !s.ok()) return s;
+    TIDE_TRY(planRoute(&d, !grouped, /*allowDevice=*/false));
+  } else if (d.route != Route::kP2p) {
+    d.seq = comm->opCount++;
+    if (d.route != Route::kHostStagedChunks) d.tag = tagOf(count);
+  } else {
+    d.seq = comm->opCount++;
   }
-  if (kind == StreamKind::kCuda && type == CollType::AllReduce && tGroup.depth == 0) {
-    // Large All-Reduce on a CUDA stream: a pipeline of chunks. The same
-    // schedule on every rank: it depends only on the call and the knob (not
-    // on where this rank's buffers live).
-    static const size_t chunkBytes = knobSize(Knob::CudaStageChunk);
-    if (chunkBytes > 0 && count * a.elemSize > chunkBytes) {
+  switch (d.route) {
+    case Route::kHostStagedChunks: {
+      static const size_t chunkBytes = knobSize(Knob::CudaStageChunk);
       std::vector<OpDesc> chunks;
       for (const cuda::Chunk& c : cuda::chunkSchedule(count, a.elemSize, chunkBytes, 4096)) {
         OpDesc cd = d;
         cd.args.count = c.count;
         cd.args.sendbuff = static_cast<const char*>(sendbuff) + c.offset * a.elemSize;
         cd.args.recvbuff = static_cast<char*>(recvbuff) + c.offset * a.elemSize;
-        cd.algo = chooseAlgo(cd.args);
+        cd.route = Route::kHostStaged;
+        cd.algo = chooseAlgorithm(cd.args, comm);
         if (cd.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
-        cd.seq = comm->opCount++;
-        cd.tag = tagOf(c.count);
         chunks.push_back(cd);
+      }
+      // One sequence number and tag per chunk, in chunk order.
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        if (i > 0) chunks[i].seq = comm->opCount++;
+        chunks[i].tag = tagOf(chunks[i].args.count);
       }
       return submitDevicePipelined(chunks, 2);
     }
+    case Route::kLane:
+      // Blocking and alone: on the calling thread. On a host stream or in a
+      // group the job machinery drives the same lane protocol.
+      if (stream == nullptr && !grouped) return runOnLane(comm, comm->lane.get(), d);
+      break;
+    default:
+      break;
   }
-  if (coll && stream == nullptr && tGroup.depth == 0) {
-    // Blocking and alone: the lane takes it when the shape fits (the same
-    // decision on every rank).
-    Lane* lane = laneOf(comm);
-    if (lane != nullptr && lane->accepts(a)) {
-      d.seq = comm->opCount++;
-      d.tag = tagOf();
-      return runOnLane(comm, lane, d);
-    }
-  }
-  if (coll) {
-    d.algo = chooseAlgo(a);
-    if (d.algo == nullptr) return internalError("no algorithm implements %s", collName(type));
-  }
-  d.seq = comm->opCount++;
-  if (d.algo != nullptr) d.tag = tagOf();
-  if (tGroup.depth > 0) {
+  if (grouped) {
     tGroup.ops.push_back(d);
     return Status::Ok();
   }
@@ -577,17 +445,31 @@ Status groupEnd() {
       for (tideComm* c : comms) c->users.fetch_sub(1);
     }
   } release{comms};
-  if (ops.size() == 1 && ops[0].args.type == CollType::AllReduce && ops[0].cudaStream &&
-      deviceEngineEligible(ops[0].comm)) {
-    // A group of one All-Reduce (NCCL programs, nccl-tests among them, group
-    // every call) takes the device engine like an ungrouped call; its
-    // sequence number and tag were taken at issue, as on the other paths.
-    bool used = false;
-    const bool avg = ops[0].preScale != 0 || ops[0].postDiv != 0;
-    Status s = submitDeviceAllReduce(ops[0], avg, &used);
-    if (used || !s.ok()) return s;
+  if (ops.size() == 1 && ops[0].cudaStream) {
+    // A group of one (NCCL programs, nccl-tests among them, group every
+    // call) is planned like an ungrouped call: the device engine may take
+    // it. Its sequence number and tag were taken at issue.
+    OpDesc& only = ops[0];
+    TIDE_TRY(planRoute(&only, /*alone=*/true));
+    if (only.route == Route::kDevice) {
+      bool used = false;
+      Status s = submitDeviceEngine(only, &used);
+      if (used || !s.ok()) return s;
+      TIDE_TRY(planRoute(&only, /*alone=*/true, /*allowDevice=*/false));
+    }
+    if (only.route == Route::kHostStagedChunks) only.route = Route::kHostStaged;
   }
-  return submit(ops);
+  Status s = submit(ops);
+  if (!s.ok()) {
+    // tideGroupEnd names no communicator: each of the group's answers
+    // tideGetLastError(comm) with the failure.
+    const std::string msg = "tideGroupEnd: " + s.message();
+    for (tideComm* c : comms) {
+      std::lock_guard<std::mutex> lock(c->errMu);
+      c->lastError = msg;
+    }
+  }
+  return s;
 }
 
 }  // namespace tide

@@ -7,24 +7,12 @@
 #include "core/algorithm.h"
 #include "core/comm.h"
 #include "core/lane.h"
+#include "core/op.h"
 #include "core/status.h"
 
 struct tideStream;
 
 namespace tide {
-
-// One user call, validated. Owned by the Job that runs it.
-struct OpDesc {
-  tideComm* comm = nullptr;
-  tideStream* stream = nullptr;
-  bool cudaStream = false;  // `stream` is a CUDA stream (decided once, in issueOp)
-  CollArgs args;
-  double preScale = 0;                  // Avg on floats: multiply inputs by this first
-  uint64_t postDiv = 0;                 // Avg on integers: divide results by this after
-  const AlgorithmInfo* algo = nullptr;  // null for Send/Recv
-  uint64_t seq = 0;
-  uint32_t tag = 0;  // operation tag on the collective channel (core/check.h opTagOf)
-};
 
 // Validates one call and, unless inside a group, runs it (NULL stream) or
 // queues it on its host stream. Inside a group it is held until GroupEnd.
@@ -37,12 +25,11 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
 void attachLane(tideComm* comm, std::unique_ptr<Lane> lane);
 void detachLane(tideComm* comm);
 
+// The lane's view of an operation routed to it (Route::kLane).
+LaneOp laneOpOf(const OpDesc& d);
+
 Status groupStart();
 Status groupEnd();
-
-// Parses TIDE_ALGO / TIDE_PROTO into comm->algo (warns once about names that
-// do not apply).
-void parseAlgoChoice(tideComm* comm);
 
 }  // namespace tide
 

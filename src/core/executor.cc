@@ -168,12 +168,14 @@ Pending ExecCtx::recvReduce(int peer, void* dst, const void* src, size_t bytes) 
 }
 
 ExecCtx::WaitAwaiter ExecCtx::wait(const Pending& a) {
+  ready_ = nullptr;
   waits_.clear();
   waits_.push_back(a);
   return WaitAwaiter{this};
 }
 
 ExecCtx::WaitAwaiter ExecCtx::wait(const Pending& a, const Pending& b) {
+  ready_ = nullptr;
   waits_.clear();
   waits_.push_back(a);
   waits_.push_back(b);
@@ -181,7 +183,16 @@ ExecCtx::WaitAwaiter ExecCtx::wait(const Pending& a, const Pending& b) {
 }
 
 ExecCtx::WaitAwaiter ExecCtx::waitAll(const std::vector<Pending>& ps) {
+  ready_ = nullptr;
   waits_ = ps;
+  return WaitAwaiter{this};
+}
+
+ExecCtx::WaitAwaiter ExecCtx::until(ReadyFn ready, void* arg, Doorbell* bell) {
+  waits_.clear();
+  ready_ = ready;
+  readyArg_ = arg;
+  readyBell_ = bell;
   return WaitAwaiter{this};
 }
 
@@ -189,7 +200,7 @@ bool ExecCtx::waitsDone() const {
   for (const Pending& p : waits_) {
     if (!p.done()) return false;
   }
-  return true;
+  return ready_ == nullptr || ready_(readyArg_);
 }
 
 void ExecCtx::copy(void* dst, const void* src, size_t bytes) const {
@@ -269,6 +280,7 @@ bool step(ExecItem& it, bool* moved) {
   if (!ctx.error().ok()) return false;
   if (ctx.hasResume() && ctx.waitsDone()) {
     *moved = true;
+    ctx.clearUntil();
     ctx.takeResume().resume();
     if (it.task.threw()) ctx.setError(internalError("exception inside the algorithm"));
     if (!ctx.error().ok()) return false;
@@ -284,7 +296,8 @@ const char* firstWaitingPeer(const ExecItem& it, int* peer) {
     }
   }
   *peer = -1;
-  return "waiting on";
+  return it.ctx->untilBell() != nullptr ? "waiting for every rank to join the call"
+                                        : "waiting on its peers";
 }
 
 }  // namespace
@@ -381,8 +394,13 @@ Status runLoop(std::vector<ExecItem*>& items, std::vector<ExecItem*>& live,
       if (it->timeoutSec > 0 && idleSec > it->timeoutSec) {
         int peer;
         const char* dir = firstWaitingPeer(*it, &peer);
-        it->result = timeoutError("%s: no progress for %d s while %s rank %d", it->what().c_str(),
-                                  it->timeoutSec, dir, peer);
+        if (peer >= 0) {
+          it->result = timeoutError("%s: no progress for %d s while %s rank %d", it->what().c_str(),
+                                    it->timeoutSec, dir, peer);
+        } else {
+          it->result = timeoutError("%s: no progress for %d s while %s", it->what().c_str(),
+                                    it->timeoutSec, dir);
+        }
         first = it->result;
         break;
       }
@@ -421,9 +439,14 @@ Status runLoop(std::vector<ExecItem*>& items, std::vector<ExecItem*>& live,
       if (sliceMs == 0) sched_yield();
       continue;
     }
-    Doorbell* bell = live.front()->bell;
+    // An item polling an until() sleeps on that wait's doorbell.
+    auto bellOf = [](const ExecItem* it) {
+      Doorbell* b = it->ctx->untilBell();
+      return b != nullptr ? b : it->bell;
+    };
+    Doorbell* bell = bellOf(live.front());
     bool oneBell = true;
-    for (ExecItem* it : live) oneBell &= (it->bell == bell);
+    for (ExecItem* it : live) oneBell &= (bellOf(it) == bell);
     if (bell == nullptr) {
       sched_yield();
       continue;
@@ -435,6 +458,7 @@ Status runLoop(std::vector<ExecItem*>& items, std::vector<ExecItem*>& live,
         Status s = c->progress(&movedNow);
         if (!s.ok()) it->ctx->setError(std::move(s));
       }
+      if (it->ctx->untilBell() != nullptr && it->ctx->waitsDone()) movedNow = true;
     }
     if (movedNow) {
       bell->cancelWait();

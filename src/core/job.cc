@@ -21,10 +21,53 @@ size_t inputCount(const CollArgs& a, int nranks) {
   return a.type == CollType::ReduceScatter ? a.count * static_cast<size_t>(nranks) : a.count;
 }
 
-// Collectives of one communicator, one after the other, on the coll channel.
+// One lane-routed collective driven by the progress engine: the same
+// protocol as a blocking call's Lane::run(), in steps, so other operations
+// of the job (send/recv, other communicators) keep moving while it waits.
+struct LanePoll {
+  Lane* lane;
+  const LaneOp* op;
+  ExecCtx* ctx;
+};
+
+bool laneReady(void* arg) {
+  auto* p = static_cast<LanePoll*>(arg);
+  Status err;
+  if (p->lane->poll(*p->op, &err)) return true;
+  if (!err.ok()) p->ctx->setError(std::move(err));
+  return false;
+}
+
+Task laneTask(ExecCtx& ctx, Lane* lane, const OpDesc& d) {
+  const LaneOp op = laneOpOf(d);
+  if (lane == nullptr) {
+    ctx.setError(
+        internalError("%s routed to a lane the communicator does not have", collName(d.args.type)));
+    co_return;
+  }
+  Status s = lane->start(op);
+  if (!s.ok()) {
+    ctx.setError(std::move(s));
+    co_return;
+  }
+  LanePoll poll{lane, &op, &ctx};
+  co_await ctx.until(&laneReady, &poll, lane->doorbell());
+  ctx.clearUntil();
+  if (!ctx.error().ok()) co_return;
+  s = lane->finish(op);
+  if (!s.ok()) ctx.setError(std::move(s));
+}
+
+// Collectives of one communicator, one after the other, on the coll channel
+// (or the lane, for those routed there).
 Task chainTask(ExecCtx& ctx, std::vector<const OpDesc*> ops, const KernelTable* k,
                uint32_t* tagWord) {
   for (const OpDesc* op : ops) {
+    if (op->route == Route::kLane) {
+      co_await laneTask(ctx, op->comm->lane.get(), *op);
+      if (!ctx.error().ok()) co_return;
+      continue;
+    }
     *tagWord = op->tag;  // read by the transports as this op posts (SetupContext::opTag)
     CollArgs a = op->args;
     size_t nin = inputCount(a, ctx.nranks());
@@ -160,14 +203,15 @@ Status runOpsWith(Job& job, RunPool& pool) {
     Run* p2p = nullptr;
     for (const OpDesc& op : job.ops) {
       if (op.comm != comm) continue;
-      Run*& r = op.algo != nullptr ? coll : p2p;
-      if (r == nullptr) r = &newRun(pool, comm, op.algo ? kCollChannel : kP2pChannel, op, k);
+      Run*& r = op.chained() ? coll : p2p;
+      if (r == nullptr) r = &newRun(pool, comm, op.chained() ? kCollChannel : kP2pChannel, op, k);
       r->ops.push_back(&op);
     }
     if (coll != nullptr) {
       const OpDesc& only = *coll->ops[0];
       // A lone collective without Avg lowering runs its algorithm directly.
-      bool direct = coll->ops.size() == 1 && only.preScale == 0 && only.postDiv == 0;
+      bool direct = coll->ops.size() == 1 && only.route != Route::kLane && only.preScale == 0 &&
+                    only.postDiv == 0;
       // Tasks start when runTasks() resumes them; one collective Run per
       // communicator per job, so the word is this op's until then.
       if (direct) comm->opTag[kCollChannel] = only.tag;
@@ -224,6 +268,22 @@ void executeJob(Job& job) {
       // state: the error sticks to all of them.
       for (auto& [comm, ticket] : job.tickets) comm->setAsyncError(result);
       TIDE_WARN("%s", result.message().c_str());
+    }
+  }
+  if (!result.ok()) {
+    // tideGetLastError(comm) names the failure, also when a host stream's
+    // worker ran the job and the caller only sees tideStreamSynchronize fail.
+    for (auto& [comm, ticket] : job.tickets) {
+      const OpDesc* mine = &job.ops.front();
+      for (const OpDesc& op : job.ops) {
+        if (op.comm == comm) {
+          mine = &op;
+          break;
+        }
+      }
+      std::string msg = describe(*mine) + ": " + result.message();
+      std::lock_guard<std::mutex> lock(comm->errMu);
+      comm->lastError = std::move(msg);
     }
   }
   for (auto& [comm, ticket] : job.tickets) {

@@ -3,18 +3,19 @@
 //
 // The core creates at most one Lane per communicator, at the end of
 // communicator creation (after the transports are connected), through the
-// factory registered with registerLane() (core/registry.h). A NULL-stream
-// collective issued outside a group whose shape the lane accepts (accepts())
-// is then run by the lane on the calling thread instead of by the job
-// machinery, after every earlier operation of the communicator is done.
+// factory registered with registerLane() (core/registry.h). The planner
+// (core/planner.h) routes every host-memory collective whose shape the lane
+// accepts (accepts()) to it, whatever stream or group it is issued in: a
+// blocking call alone runs it on the calling thread (run()); a host stream's
+// job or a group runs it through the progress engine (start/poll/finish).
 //
 // Determinism: accepts() is a pure function of the call's shape and of the
 // lane's creation parameters, which every rank shares, so all ranks of a
 // communicator that issue matching calls take the same path.
 //
-// Thread-safety: run() is called by one thread at a time per communicator
-// (the thread that owns the communicator's issue order); the object is
-// destroyed only when no call is using it.
+// Thread-safety: one thread at a time per communicator calls run() or the
+// steps (the thread that runs the communicator's next operation in issue
+// order); the object is destroyed only when no call is using it.
 #pragma once
 
 #include <atomic>
@@ -57,6 +58,20 @@ class Lane {
   // communicator). Never reads or writes outside the caller's buffers as
   // described by `op.args`, even when peers disagree about the call.
   virtual Status run(const LaneOp& op) = 0;
+
+  // The same protocol in steps, for a call that the progress engine runs
+  // beside other work (a host stream's job, a group): start() publishes this
+  // rank's contribution; poll() never blocks and returns true once every peer
+  // has joined (false with *error set when one is gone: the call failed);
+  // finish() checks the peers' calls and computes the result. A call through
+  // steps and a call through run() are the same protocol, so ranks may mix
+  // them freely. One call at a time per lane, in issue order; errors leave
+  // the lane unusable, as with run().
+  virtual Status start(const LaneOp& op) = 0;
+  virtual bool poll(const LaneOp& op, Status* error) = 0;
+  virtual Status finish(const LaneOp& op) = 0;
+  // The doorbell peers ring when they publish: sleep on it between polls.
+  virtual Doorbell* doorbell() = 0;
 };
 
 // Collective over all ranks of the communicator (like Transport::connect).

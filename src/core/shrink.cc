@@ -100,38 +100,16 @@ Status shrinkCommunicator(tideComm* comm, const int* excludeRanks, int nExclude,
 
   auto* c = new tideComm();
   bool blocking = true;
-  Status s = applyConfig(c, config, &blocking);
+  Status s = applyConfig(c, config, &blocking, comm);
   if (!s.ok()) {
     delete c;
     return s;
   }
   c->algo = comm->algo;
   const int n = static_cast<int>(survivors.size());
-  if (!blocking) {
-    c->rank = newRank;  // answered by tideCommUserRank/Count while init runs
-    c->nranks = n;
-    c->initThread = std::thread([c, nid, n, newRank] {
-      Status st = initCommunicator(c, nid, n, newRank);
-      if (!st.ok()) {
-        c->setAsyncError(st);
-        std::lock_guard<std::mutex> lock(c->errMu);
-        c->lastError = "tideCommShrink: " + st.message();
-      }
-      c->initState = st.ok() ? tideSuccess : st.code();
-    });
-    *newcomm = c;
-    return Status(tideInProgress, "");
-  }
-  s = initCommunicator(c, nid, n, newRank);
+  s = startInit(c, nid, n, newRank, blocking, "tideCommShrink", newcomm);
   setLogRank(comm->rank);
-  if (!s.ok()) {
-    teardownCommunicator(c);
-    delete c;
-    return s;
-  }
-  c->initState = tideSuccess;
-  *newcomm = c;
-  return Status::Ok();
+  return s;
 }
 
 }  // namespace tide

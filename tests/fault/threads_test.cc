@@ -223,14 +223,9 @@ TEST(Threads, GroupOutlivesItsCommunicator) {
 // broadcasts its output on S1 (another communicator) and runs something on S2
 // (a third): S2's worker must not run the group before S1's All-Reduce ends.
 TEST(Threads, GroupJobWaitsForEveryStream) {
-  // Over shared memory, rank 1's blocking call takes the small-collective lane
-  // while rank 0's stream call takes the executor, and the two do not meet
-  // (found with this test; open, see the session 9 closing note).
-  const char* noShm = getenv("TIDE_SHM_DISABLE");
-  if (noShm == nullptr || strcmp(noShm, "1") != 0) {
-    GTEST_SKIP() << "known: a blocking lane call and a stream call of one shm communicator "
-                    "do not meet; runs with TIDE_SHM_DISABLE=1";
-  }
+  // Rank 1's blocking call and rank 0's stream call of the same All-Reduce
+  // take the same route (the planner routes by shape, not by stream): over
+  // shared memory both speak the lane's protocol (a hang before the planner).
   const size_t n = 4096;
   tideUniqueId wid, xid, yid;
   ASSERT_EQ(tideGetUniqueId(&wid), tideSuccess);
@@ -265,6 +260,122 @@ TEST(Threads, GroupJobWaitsForEveryStream) {
   EXPECT_EQ(bo[0], 5.f);
   for (tideStream_t s : {s1, s2}) EXPECT_EQ(tideStreamDestroy(s), tideSuccess);
   for (tideComm_t c : {w[0], w[1], x, y}) EXPECT_EQ(tideCommDestroy(c), tideSuccess);
+}
+
+// Issue 16, item 6: a split with a NULL config inherits the parent's
+// settings (blocking, timeout), as NCCL's does. Before: always blocking
+// (tideSuccess, not tideInProgress) and the environment's timeout.
+TEST(Threads, SplitWithNullConfigInheritsSettings) {
+  const int n = 2;
+  tideUniqueId id;
+  ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
+  std::vector<tideComm_t> c(n, nullptr), s(n, nullptr);
+  std::vector<tideResult_t> rc(n, tideInternalError), done(n, tideInternalError);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      cfg.timeoutSeconds = 1;
+      cfg.commName = "parent";
+      int polls = 0;
+      if (tideCommInitRankConfig(&c[r], n, id, r, &cfg) != tideInProgress ||
+          PollInit(c[r], 20, &polls) != tideSuccess)
+        return;
+      rc[r] = tideCommSplit(c[r], 0, r, &s[r], nullptr);
+      done[r] = s[r] == nullptr ? tideInternalError : PollInit(s[r], 20, &polls);
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(rc[r], tideInProgress) << "rank " << r << ": the split did not inherit blocking=0";
+    ASSERT_EQ(done[r], tideSuccess) << "rank " << r;
+  }
+  ASSERT_TRUE(AllReduceOk(s, 1000));
+  // Rank 0 alone: the call fails after the inherited 1 s (the suite's
+  // TIDE_TIMEOUT is 5 s).
+  std::vector<float> in(16, 1.f), out(16, 0.f);
+  const auto t0 = Clock::now();
+  EXPECT_NE(tideAllReduce(in.data(), out.data(), 16, tideFloat32, tideSum, s[0], nullptr),
+            tideSuccess);
+  const double took = SecondsSince(t0);
+  EXPECT_LT(took, 3.5) << "the split did not inherit timeoutSeconds=1";
+  EXPECT_GE(took, 0.9);
+  for (tideComm_t x : s) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+  for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+}
+
+// Issue 16, item 6: a send to self whose receive has another size fails that
+// call with tideInvalidArgument and leaves the communicator usable. Before:
+// a sticky tideInvalidUsage from the self transport.
+TEST(Threads, SelfSendSizeMismatchIsNotSticky) {
+  std::vector<tideComm_t> c;
+  ASSERT_TRUE(InitAll(2, &c));
+  std::vector<int> ok(2, 0);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      std::vector<float> a(64, 1.f), b(64, 0.f);
+      tideGroupStart();
+      tideSend(a.data(), 32, tideFloat32, r, c[r], nullptr);
+      tideRecv(b.data(), 16, tideFloat32, r, c[r], nullptr);
+      const tideResult_t bad = tideGroupEnd();
+      if (bad != tideInvalidArgument) {
+        printf("rank %d: mismatched self pair gave %s\n", r, tideGetErrorString(bad));
+        return;
+      }
+      if (strstr(tideGetLastError(c[r]), "self") == nullptr) {
+        printf("rank %d: last error does not say why: %s\n", r, tideGetLastError(c[r]));
+        return;
+      }
+      tideResult_t async = tideInternalError;
+      if (tideCommGetAsyncError(c[r], &async) != tideSuccess || async != tideSuccess) return;
+      // A matched pair still works.
+      tideGroupStart();
+      tideSend(a.data(), 32, tideFloat32, r, c[r], nullptr);
+      tideRecv(b.data(), 32, tideFloat32, r, c[r], nullptr);
+      if (tideGroupEnd() != tideSuccess || b[31] != 1.f) return;
+      ok[r] = 1;
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok[0], 1);
+  EXPECT_EQ(ok[1], 1);
+  EXPECT_TRUE(AllReduceOk(c, 100));
+  for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+}
+
+// Issue 16, item 6: after an operation on a host stream fails,
+// tideGetLastError(comm) names that failure. Before: empty (only the log had
+// the detail).
+TEST(Threads, HostStreamFailureReachesLastError) {
+  const int n = 2;
+  tideUniqueId id;
+  ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
+  std::vector<tideComm_t> c(n, nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = 1;
+      EXPECT_EQ(tideCommInitRankConfig(&c[r], n, id, r, &cfg), tideSuccess);
+    });
+  }
+  for (auto& t : ts) t.join();
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  tideStream_t st = nullptr;
+  ASSERT_EQ(tideStreamCreate(&st), tideSuccess);
+  std::vector<float> in(1000, 1.f), out(1000, 0.f);
+  // Rank 1 never joins: the stream's operation times out.
+  ASSERT_EQ(tideAllReduce(in.data(), out.data(), in.size(), tideFloat32, tideSum, c[0], st),
+            tideSuccess);
+  EXPECT_NE(tideStreamSynchronize(st), tideSuccess);
+  const std::string last = tideGetLastError(c[0]);
+  EXPECT_NE(last.find("allreduce"), std::string::npos) << "last error: '" << last << "'";
+  EXPECT_NE(last.find("1 s"), std::string::npos) << "last error: '" << last << "'";
+  EXPECT_EQ(tideStreamDestroy(st), tideSuccess);
+  for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
 }
 
 TEST(Threads, ShrinkArguments) {

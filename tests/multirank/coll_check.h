@@ -98,7 +98,7 @@ tideResult_t IssueCollective(const CaseSpec& s, const CaseEnv& e, const void* se
 //                 bfloat16 fp8e4m3 fp8e5m2
 //   ops [all]: sum prod max min avg
 //   counts [small]: numbers, "small" (0,1,7,4097), "large" (1 MiB / size + 3)
-//   inplace [both]: 0, 1 or both (ignored for alltoall and sendrecv)
+//   inplace [both]: 0, 1 or both (ignored for sendrecv)
 //   roots [all]: all (every root up to kSmallLimit elements, 0 and n-1 above),
 //                ends (0 and n-1), or numbers
 //   stream [0]: 1 runs the cases on a host stream

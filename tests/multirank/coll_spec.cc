@@ -30,7 +30,7 @@ bool IsReducing(Coll c) {
   return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter;
 }
 bool IsRooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
-bool HasInplace(Coll c) { return c != Coll::kAlltoAll && c != Coll::kSendRecv; }
+bool HasInplace(Coll c) { return c != Coll::kSendRecv; }
 
 bool ParseInt(const std::string& s, long long* v) {
   char* end = nullptr;

@@ -106,6 +106,10 @@ class ShmLane final : public Lane {
   }
 
   Status run(const LaneOp& op) override;
+  Status start(const LaneOp& op) override;
+  bool poll(const LaneOp& op, Status* error) override;
+  Status finish(const LaneOp& op) override;
+  Doorbell* doorbell() override { return bell(rank_); }
 
  private:
   // Bytes rank r publishes for this call (the same formula on every rank).
@@ -127,6 +131,10 @@ class ShmLane final : public Lane {
   Doorbell* bell(int r) const { return reinterpret_cast<Doorbell*>(base_ + layout_.bellOffset(r)); }
 
   void publish(const LaneOp& op, uint64_t call);
+  // Marks the peers whose slot now carries `call`; true when any did.
+  bool scan(uint64_t call);
+  // An error when a peer still missing has exited.
+  Status checkLiveness(const LaneOp& op) const;
   Status waitAll(const LaneOp& op, uint64_t call);
   Status checkPeers(const LaneOp& op, uint64_t call) const;
   void compute(const LaneOp& op, uint64_t call) const;
@@ -152,6 +160,9 @@ class ShmLane final : public Lane {
   uint64_t calls_ = 0;  // lane calls so far; the next call's number is calls_ + 1
   bool broken_ = false;
   std::vector<uint8_t> arrived_ = std::vector<uint8_t>(static_cast<size_t>(nranks_), 0);
+  int pending_ = 0;                 // peers not yet arrived for the current call
+  uint32_t polls_ = 0;              // poll() calls in the current call
+  Clock::time_point lastLiveness_;  // poll(): last liveness check
 };
 
 void ShmLane::publish(const LaneOp& op, uint64_t call) {
@@ -176,25 +187,33 @@ void ShmLane::publish(const LaneOp& op, uint64_t call) {
   }
 }
 
-Status ShmLane::waitAll(const LaneOp& op, uint64_t call) {
-  int pending = 0;
+bool ShmLane::scan(uint64_t call) {
+  bool any = false;
   for (int r = 0; r < nranks_; ++r) {
-    arrived_[r] = r == rank_;
-    pending += r != rank_;
-  }
-  auto scan = [&]() {
-    bool any = false;
-    for (int r = 0; r < nranks_; ++r) {
-      if (!arrived_[r] && slot(r, call)->seq.load(std::memory_order_acquire) == call) {
-        arrived_[r] = 1;
-        --pending;
-        any = true;
-      }
+    if (!arrived_[r] && slot(r, call)->seq.load(std::memory_order_acquire) == call) {
+      arrived_[r] = 1;
+      --pending_;
+      any = true;
     }
-    return any;
-  };
-  scan();
-  if (pending == 0) return Status::Ok();
+  }
+  return any;
+}
+
+Status ShmLane::checkLiveness(const LaneOp& op) const {
+  for (int r = 0; r < nranks_; ++r) {
+    if (arrived_[r] || pids_[r] == 0) continue;
+    if (exited(pidfds_[r], pids_[r])) {
+      return remoteError("%s #%llu: rank %d (pid %d) exited before joining the call",
+                         laneCollName(op.args.type), static_cast<unsigned long long>(op.seq), r,
+                         pids_[r]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ShmLane::waitAll(const LaneOp& op, uint64_t call) {
+  scan(call);
+  if (pending_ == 0) return Status::Ok();
   const Clock::time_point start = Clock::now();
   Clock::time_point lastProgress = start;
   Clock::time_point lastLiveness = start;
@@ -215,8 +234,8 @@ Status ShmLane::waitAll(const LaneOp& op, uint64_t call) {
     return Status::Ok();
   };
   while (true) {
-    if (scan()) {
-      if (pending == 0) return done();
+    if (scan(call)) {
+      if (pending_ == 0) return done();
       lastProgress = Clock::now();
     }
     if (p_.abortFlag != nullptr && p_.abortFlag->load(std::memory_order_relaxed)) {
@@ -239,14 +258,8 @@ Status ShmLane::waitAll(const LaneOp& op, uint64_t call) {
     // Slow phases: the peer may be gone or stopped.
     if (now - lastLiveness >= std::chrono::milliseconds(livenessMs_)) {
       lastLiveness = now;
-      for (int r = 0; r < nranks_; ++r) {
-        if (arrived_[r] || pids_[r] == 0) continue;
-        if (exited(pidfds_[r], pids_[r])) {
-          return remoteError("%s #%llu: rank %d (pid %d) exited before joining the call",
-                             laneCollName(op.args.type), static_cast<unsigned long long>(op.seq), r,
-                             pids_[r]);
-        }
-      }
+      Status live = checkLiveness(op);
+      if (!live.ok()) return live;
     }
     if (p_.timeoutSec > 0 && now - lastProgress >= std::chrono::seconds(p_.timeoutSec)) {
       std::string missing;
@@ -263,10 +276,10 @@ Status ShmLane::waitAll(const LaneOp& op, uint64_t call) {
     }
     Doorbell* own = bell(rank_);
     uint32_t seen = own->prepareWait();
-    if (scan() || (p_.abortFlag != nullptr && p_.abortFlag->load())) {
+    if (scan(call) || (p_.abortFlag != nullptr && p_.abortFlag->load())) {
       own->cancelWait();
       lastProgress = Clock::now();
-      if (pending == 0) return done();
+      if (pending_ == 0) return done();
       continue;
     }
     // Short sleeps: tideCommAbort rings the transports' doorbell, not this one.
@@ -326,13 +339,42 @@ void ShmLane::compute(const LaneOp& op, uint64_t call) const {
   }
 }
 
-Status ShmLane::run(const LaneOp& op) {
+Status ShmLane::start(const LaneOp& op) {
   if (broken_) return remoteError("small-collective lane is unusable after an earlier error");
   const uint64_t call = ++calls_;
+  pending_ = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    arrived_[r] = r == rank_;
+    pending_ += r != rank_;
+  }
+  polls_ = 0;
+  lastLiveness_ = Clock::time_point{};
   publish(op, call);
-  Status s = waitAll(op, call);
-  if (!s.ok()) return fail(std::move(s));
-  s = checkPeers(op, call);
+  return Status::Ok();
+}
+
+bool ShmLane::poll(const LaneOp& op, Status* error) {
+  scan(calls_);
+  if (pending_ == 0) return true;
+  // Liveness every few polls and at most every livenessMs_ (the executor
+  // polls on every sweep, so this keeps the clock off the hot loop).
+  if ((++polls_ & 63) == 0) {
+    const Clock::time_point now = Clock::now();
+    if (now - lastLiveness_ >= std::chrono::milliseconds(livenessMs_)) {
+      lastLiveness_ = now;
+      Status live = checkLiveness(op);
+      if (!live.ok()) {
+        *error = fail(std::move(live));
+        return false;
+      }
+    }
+  }
+  return false;
+}
+
+Status ShmLane::finish(const LaneOp& op) {
+  const uint64_t call = calls_;
+  Status s = checkPeers(op, call);
   if (!s.ok()) return fail(std::move(s));
   compute(op, call);
   if (p_.traffic != nullptr) {
@@ -344,6 +386,14 @@ Status ShmLane::run(const LaneOp& op) {
     }
   }
   return Status::Ok();
+}
+
+Status ShmLane::run(const LaneOp& op) {
+  Status s = start(op);
+  if (!s.ok()) return s;
+  s = waitAll(op, calls_);
+  if (!s.ok()) return fail(std::move(s));
+  return finish(op);
 }
 
 // What each rank tells the others while the lane is being set up.

@@ -1,0 +1,59 @@
+// One validated operation as the core carries it from issue to execution
+// (OpDesc), and the route the planner gave it (core/planner.h).
+//
+// Ownership: an OpDesc is a value; it is copied into the Job that runs it.
+// It does not own the communicator, the stream or the buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "core/algorithm.h"
+
+struct tideComm;
+struct tideStream;
+
+namespace tide {
+
+// Where an operation runs. Chosen once per operation by planRoute()
+// (core/planner.h) from what every rank of the communicator knows, so every
+// rank that issues the same call takes the same route (or routes that speak
+// the same protocol).
+enum class Route : uint8_t {
+  kP2p,               // Send/Recv on the point-to-point channel
+  kLane,              // the small-collective lane (one node, host memory, small)
+  kHost,              // a row of the algorithm table on the progress engine
+  kHostStaged,        // device buffers on a CUDA stream: a host row over pinned staging
+  kHostStagedChunks,  // the same, a large All-Reduce split into pipelined chunks
+  kDevice,            // the device engine: kernels on the caller's CUDA stream
+};
+const char* routeName(Route r);
+
+// The payload transform of an operation (the compression issue plugs codecs
+// in here). Wire bytes of a contribution are computed through it, never
+// assumed to be count x element size.
+struct Codec {
+  int id = 0;  // 0: none (the plain collective)
+  // Bytes on the wire for `count` elements of `elemSize` bytes.
+  uint64_t wireBytes(uint64_t count, uint64_t elemSize) const { return count * elemSize; }
+};
+
+struct OpDesc {
+  tideComm* comm = nullptr;
+  tideStream* stream = nullptr;
+  bool cudaStream = false;  // `stream` is a CUDA stream (decided once, in issueOp)
+  CollArgs args;
+  double preScale = 0;                  // Avg on floats: multiply inputs by this first
+  uint64_t postDiv = 0;                 // Avg on integers: divide results by this after
+  bool avg = false;                     // the caller asked for tideAvg (lowered above)
+  Route route = Route::kHost;           // set by planRoute()
+  const AlgorithmInfo* algo = nullptr;  // the table row for kHost / kHostStaged*; else null
+  Codec codec;
+  uint64_t seq = 0;
+  uint32_t tag = 0;  // operation tag on the collective channel (core/check.h opTagOf)
+
+  // A collective carried by the job machinery's collective chain (a table
+  // row or the lane), as opposed to Send/Recv.
+  bool chained() const { return route == Route::kLane || algo != nullptr; }
+};
+
+}  // namespace tide

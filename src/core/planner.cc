@@ -1,0 +1,264 @@
+// The planner (core/planner.h): routes and the algorithm table's choice.
+#include "core/planner.h"
+
+#include <strings.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/device_stream.h"
+#include "core/log.h"
+#include "core/registry.h"
+
+namespace tide {
+
+const char* routeName(Route r) {
+  switch (r) {
+    case Route::kP2p:
+      return "p2p";
+    case Route::kLane:
+      return "lane";
+    case Route::kHost:
+      return "host";
+    case Route::kHostStaged:
+      return "host-staged";
+    case Route::kHostStagedChunks:
+      return "host-staged-chunks";
+    case Route::kDevice:
+      return "device";
+  }
+  return "invalid";
+}
+
+namespace {
+
+// ---- Algorithm choice ------------------------------------------------------------
+
+void warnOnce(const std::string& msg) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(msg).second) TIDE_WARN("%s", msg.c_str());
+}
+
+const AlgorithmInfo* findAlgo(const std::string& name, CollType t) {
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    if (strcasecmp(a->name, name.c_str()) == 0 && (a->collMask & collBit(t))) return a;
+  }
+  return nullptr;
+}
+
+bool knownAlgoName(const std::string& name) {
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    if (strcasecmp(a->name, name.c_str()) == 0) return true;
+  }
+  return false;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  size_t e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// Splits "allreduce:ring;broadcast:ring" or "ring" into (coll or "", name).
+std::vector<std::pair<std::string, std::string>> parseSpec(const std::string& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(';', pos);
+    std::string item = trim(spec.substr(pos, end == std::string::npos ? end : end - pos));
+    if (!item.empty()) {
+      size_t colon = item.find(':');
+      if (colon == std::string::npos) {
+        out.emplace_back("", item);
+      } else {
+        out.emplace_back(trim(item.substr(0, colon)), trim(item.substr(colon + 1)));
+      }
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+bool collFromName(const std::string& name, CollType* out) {
+  for (int t = 0; t < static_cast<int>(CollType::Send); ++t) {
+    if (strcasecmp(name.c_str(), collName(static_cast<CollType>(t))) == 0) {
+      *out = static_cast<CollType>(t);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Logs the cost model's table for a call shape once per communicator (at
+// TIDE_DEBUG=INFO): every candidate's predicted time and the choice.
+void logChoice(const CollArgs& args, const tideComm* comm, const std::string& table,
+               const AlgorithmInfo* chosen) {
+  static std::mutex mu;
+  static std::set<std::tuple<uint64_t, int, size_t, int>> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple(comm->commHash, static_cast<int>(args.type), args.count,
+                               static_cast<int>(args.dtype));
+    if (!seen.insert(key).second) return;
+  }
+  TIDE_INFO("choice: %s %zu x %s on %d ranks / %d nodes:%s -> %s", collName(args.type), args.count,
+            dtypeName(args.dtype), comm->nranks, comm->topo.nnodes, table.c_str(),
+            chosen ? chosen->name : "none");
+}
+
+// The cost model's choice: the supporting algorithm with the smallest
+// predicted time; unmodelled ones only when no modelled one supports the call.
+const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
+  const AlgorithmInfo* best = nullptr;
+  const AlgorithmInfo* fallback = nullptr;
+  double bestUs = 0;
+  const bool log = logLevel() >= LogLevel::Info;
+  std::string table;
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    if (!(a->collMask & collBit(args.type))) continue;
+    if (a->supports != nullptr && !a->supports(args, comm->nranks)) continue;
+    if (a->predictUs == nullptr) {
+      if (fallback == nullptr) fallback = a;
+      continue;
+    }
+    double us = a->predictUs(args, comm->topo, comm->chunkBytes);
+    if (log) {
+      char item[64];
+      snprintf(item, sizeof(item), " %s %.1f us", a->name, us);
+      table += item;
+    }
+    if (best == nullptr || us < bestUs) {
+      best = a;
+      bestUs = us;
+    }
+  }
+  const AlgorithmInfo* chosen = best != nullptr ? best : fallback;
+  if (log) logChoice(args, comm, table, chosen);
+  return chosen;
+}
+
+// The cost model's answer depends only on the call's shape and the
+// communicator (whose topology is immutable), so repeated shapes - a training
+// loop, a benchmark - skip the model (whose predictions allocate). A small
+// direct-mapped cache per thread; the communicator's address and hash both
+// key it, so a new communicator at a recycled address never hits a stale entry.
+struct ChoiceEntry {
+  const tideComm* comm = nullptr;
+  uint64_t commHash = 0;
+  size_t count = 0;
+  int root = 0;
+  CollType type = CollType::kCount;
+  tideDataType_t dtype = tideFloat32;
+  RedOp op = RedOp::Sum;
+  const AlgorithmInfo* algo = nullptr;
+};
+constexpr size_t kChoiceSlots = 32;
+thread_local ChoiceEntry tChoices[kChoiceSlots];
+
+const AlgorithmInfo* cachedAutoAlgo(const CollArgs& args, const tideComm* comm) {
+  size_t h = reinterpret_cast<uintptr_t>(comm) >> 6;
+  h = h * 31 + args.count;
+  h = h * 31 + static_cast<size_t>(args.type);
+  h = h * 31 + static_cast<size_t>(args.dtype);
+  ChoiceEntry& e = tChoices[(h ^ (h >> 17)) % kChoiceSlots];
+  if (e.comm == comm && e.commHash == comm->commHash && e.count == args.count &&
+      e.root == args.root && e.type == args.type && e.dtype == args.dtype && e.op == args.op &&
+      e.algo != nullptr) {
+    return e.algo;
+  }
+  const AlgorithmInfo* algo = autoAlgo(args, comm);
+  e = ChoiceEntry{comm,      comm->commHash, args.count, args.root,
+                  args.type, args.dtype,     args.op,    algo};
+  return algo;
+}
+
+}  // namespace
+
+const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm) {
+  const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(args.type)];
+  return (forced && (!forced->supports || forced->supports(args, comm->nranks)))
+             ? forced
+             : cachedAutoAlgo(args, comm);
+}
+
+Status planRoute(OpDesc* op, bool alone, bool allowDevice) {
+  const CollArgs& a = op->args;
+  tideComm* comm = op->comm;
+  op->algo = nullptr;
+  if (a.type == CollType::Send || a.type == CollType::Recv) {
+    op->route = Route::kP2p;
+    return Status::Ok();
+  }
+  if (op->cudaStream) {
+    // Device buffers on a CUDA stream. The device engine serves a lone
+    // operation on a one-node communicator (its creation is agreed by every
+    // rank; a failure anywhere sends them all down the staged route).
+    const bool engineColl = a.type == CollType::AllReduce || a.type == CollType::AllGather ||
+                            a.type == CollType::ReduceScatter || a.type == CollType::Broadcast;
+    if (allowDevice && alone && engineColl && deviceEngineEligible(comm)) {
+      op->route = Route::kDevice;
+      return Status::Ok();
+    }
+    // A large staged All-Reduce is pipelined in chunks; the schedule depends
+    // only on the call and the knob.
+    static const size_t chunkBytes = knobSize(Knob::CudaStageChunk);
+    op->route = (alone && a.type == CollType::AllReduce && chunkBytes > 0 &&
+                 a.count * a.elemSize > chunkBytes)
+                    ? Route::kHostStagedChunks
+                    : Route::kHostStaged;
+  } else if (comm->lane != nullptr && comm->lane->accepts(a)) {
+    op->route = Route::kLane;
+    return Status::Ok();
+  } else {
+    op->route = Route::kHost;
+  }
+  op->algo = chooseAlgorithm(a, comm);
+  if (op->algo == nullptr) return internalError("no algorithm implements %s", collName(a.type));
+  return Status::Ok();
+}
+
+void parseAlgoChoice(tideComm* comm) {
+  comm->algo = AlgoChoice{};
+  std::string spec = knobString(Knob::Algo);
+  for (auto& [coll, name] : parseSpec(spec)) {
+    if (!knownAlgoName(name)) {
+      warnOnce("TIDE_ALGO: unknown algorithm \"" + name + "\"; using the automatic choice");
+      continue;
+    }
+    for (int t = 0; t < static_cast<int>(CollType::Send); ++t) {
+      auto ct = static_cast<CollType>(t);
+      CollType want;
+      if (!coll.empty()) {
+        if (!collFromName(coll, &want)) {
+          warnOnce("TIDE_ALGO: unknown collective \"" + coll + "\"");
+          break;
+        }
+        if (want != ct) continue;
+      }
+      const AlgorithmInfo* a = findAlgo(name, ct);
+      if (a != nullptr) {
+        comm->algo.forced[t] = a;
+      } else {
+        warnOnce("TIDE_ALGO: \"" + name + "\" does not apply to " + collName(ct) +
+                 "; using the automatic choice there");
+      }
+    }
+  }
+  for (auto& [coll, name] : parseSpec(knobString(Knob::Proto))) {
+    if (strcasecmp(name.c_str(), "simple") != 0)
+      warnOnce("TIDE_PROTO: protocol \"" + name + "\" is not available; using simple");
+  }
+}
+
+}  // namespace tide

@@ -1,0 +1,45 @@
+// The planner: the one place that decides where an operation runs.
+//
+// planRoute() gives every validated operation its route (core/op.h): the
+// small-collective lane, a row of the algorithm table on the progress engine
+// (host memory, or device buffers staged through pinned host memory), the
+// device engine, or the point-to-point channel. It is called once per
+// operation at issue (issueOp), again for the lone operation of a group at
+// tideGroupEnd (a group of one runs like an ungrouped call), and by the
+// device submit path only through the route it already set.
+//
+// Agreement: the route depends only on the call's shape (collective, count,
+// datatype, op, root), its memory kind (host, or device buffers on a CUDA
+// stream), whether it is the lone operation of its launch, and facts every
+// rank of the communicator shares (topology, knobs read at creation, the
+// lane and the device engine's agreed state). It does not depend on which
+// host stream or thread issues it, so ranks that mix the NULL stream, host
+// streams and groups for the same calls still meet: the lane's protocol runs
+// the same whether the caller's thread or the progress engine drives it.
+//
+// Thread-safety: pure apart from a per-thread cache of the cost model's
+// answers; safe from any thread.
+#pragma once
+
+#include "core/op.h"
+#include "core/status.h"
+
+struct tideComm;
+
+namespace tide {
+
+// Sets op->route and op->algo. `alone`: the operation is launched by itself
+// (not inside a group of several). `allowDevice`: false once the device
+// engine declined the operation (its agreed fallback), so the staged route
+// is planned instead. An error only when no row of the table implements it.
+Status planRoute(OpDesc* op, bool alone, bool allowDevice = true);
+
+// The table row that runs `args` on `comm`: TIDE_ALGO's forced row where it
+// supports the call, else the cost model's choice.
+const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm);
+
+// Parses TIDE_ALGO / TIDE_PROTO into comm->algo (warns once about names that
+// do not apply).
+void parseAlgoChoice(tideComm* comm);
+
+}  // namespace tide
