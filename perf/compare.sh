@@ -28,9 +28,11 @@
 #   -b/-e/-f    min bytes, max bytes, size factor (>= 2) [8, 256M, 4]
 #   -C "LIST"   collectives [all_reduce all_gather reduce_scatter broadcast];
 #               also: reduce alltoall sendrecv
-#   -L "LIST"   libraries among tide ob1 ucx tideB [tide ob1 ucx]; tideB is
-#               Tide again with the environment of -V (A/B a knob in the same
-#               alternating run; never counted as a peer)
+#   -L "LIST"   libraries among tide tideZ0 ob1 ucx tideB [tide tideZ0 ob1 ucx];
+#               tideZ0 is Tide with -z 0 (its calls on a host stream) whatever
+#               -z says, so both launch modes sit beside Open MPI in one run;
+#               tideB is Tide again with the environment of -V (A/B a knob in
+#               the same alternating run); neither is counted as a peer
 #   -V "ENV"    environment of tideB, e.g. "TIDE_SHM_CMA_HUGE=1 TIDE_ALGO=ring"
 #   -z 0|1      blocking mode passed to every tool [1]: 1 issues Tide's calls
 #               on the NULL stream, which, like MPI_Allreduce, returns when
@@ -55,7 +57,7 @@ minb=8
 maxb=256M
 factor=4
 colls="all_reduce all_gather reduce_scatter broadcast"
-libs="tide ob1 ucx"
+libs="tide tideZ0 ob1 ucx"
 variant_env=""
 blocking=1
 split=64K
@@ -123,7 +125,7 @@ for f in "$tiderun" "$probe"; do
 done
 for c in $colls; do
   for l in $libs; do
-    case "$l" in tide|tideB) f="$build/perf/${c}_perf" ;; *) f="$build/perf/${c}_perf_mpi" ;; esac
+    case "$l" in tide|tideB|tideZ0) f="$build/perf/${c}_perf" ;; *) f="$build/perf/${c}_perf_mpi" ;; esac
     [ -x "$f" ] || { echo "compare.sh: $f not built (MPI tools need meson's mpi_dep)" >&2; exit 1; }
   done
 done
@@ -201,7 +203,7 @@ for n in $ranks; do
         cflag=0
         { [ "$check" = all ] || { [ "$check" = first ] && [ "$rep" = 1 ]; }; } && cflag=1
         case "$lib" in
-          tide) launch=("$tiderun" -n "$n" "$build/perf/${c}_perf") ;;
+          tide|tideZ0) launch=("$tiderun" -n "$n" "$build/perf/${c}_perf") ;;
           # shellcheck disable=SC2206
           tideB) launch=(env $variant_env "$tiderun" -n "$n" "$build/perf/${c}_perf") ;;
           ob1) launch=("${mpirun[@]}" -np "$n" "${mca_ob1[@]}" "$build/perf/${c}_perf_mpi") ;;
@@ -215,7 +217,9 @@ for n in $ranks; do
           [ -n "$lo" ] || continue
           file="raw/${c}_n${n}_${lib}_r${rep}_${band}.txt"
           # shellcheck disable=SC2206
-          args=(-b "$lo" -e "$hi" -f "$factor" -d float -o sum -c "$cflag" -z "$blocking" $iters)
+          z=$blocking
+          [ "$lib" = tideZ0 ] && z=0
+          args=(-b "$lo" -e "$hi" -f "$factor" -d float -o sum -c "$cflag" -z "$z" $iters)
           b0=$(date +%s.%N)
           timeout "$timeout_s" "${launch[@]}" "${args[@]}" > "$out/$file" 2>&1 < /dev/null
           rc=$?

@@ -10,7 +10,10 @@ written by compare.sh. Writes:
   medians.csv   per collective, ranks, library and size: median busbw and time
   results.json  meta, stream bandwidth, roofline, runs and medians
   <coll>_n<N>.png (+ .dat, plot.gp)  busbw vs size, log x, one line per library
-and prints one table per collective and rank count. Uses the standard library
+  <coll>_n<N>_time.png                time vs size, log-log, one line per library
+and prints one table per collective and rank count, then the verdicts of
+issue 16 (blocking All-Reduce time against the best Open MPI at 2 ranks, 8 B to
+64 KiB; the -z 0 / -z 1 bound when tideZ0 ran). Uses the standard library
 and /usr/bin/gnuplot only. Exit status 1 when a launch failed or a check
 counted wrong values, else 0.
 """
@@ -23,12 +26,13 @@ import statistics
 import subprocess
 import sys
 
-LIBS = ["tide", "ob1", "ucx", "tideB"]
-LABEL = {"tide": "Tide", "ob1": "Open MPI (ob1/vader)", "ucx": "Open MPI (UCX)",
-         "tideB": "Tide (variant B)"}
-SHORT = {"tide": "tide", "ob1": "mpi-ob1", "ucx": "mpi-ucx", "tideB": "tideB"}
+LIBS = ["tide", "tideZ0", "ob1", "ucx", "tideB"]
+LABEL = {"tide": "Tide", "tideZ0": "Tide (-z 0, host stream)", "ob1": "Open MPI (ob1/vader)",
+         "ucx": "Open MPI (UCX)", "tideB": "Tide (variant B)"}
+SHORT = {"tide": "tide", "tideZ0": "tide-z0", "ob1": "mpi-ob1", "ucx": "mpi-ucx",
+         "tideB": "tideB"}
 # Libraries that are not a peer: never counted in "best MPI".
-TIDES = ("tide", "tideB")
+TIDES = ("tide", "tideZ0", "tideB")
 NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
          "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast", "reduce": "Reduce",
          "alltoall": "AlltoAll", "sendrecv": "SendRecv"}
@@ -127,6 +131,46 @@ def fmt(v, spec="%7.3f", width=7):
     return spec % v if v is not None else "-".rjust(width)
 
 
+def verdicts(med, libs, mpis):
+    """Issue 16's acceptance on these medians (information; never fails the run)."""
+    def t(lib, n, size):
+        m = med.get(("all_reduce", n, lib, size))
+        return m["time_us"] if m and m["time_us"] > 0 else None
+
+    sizes = sorted({k[3] for k in med if k[0] == "all_reduce" and 8 <= k[3] <= 65536})
+    if not sizes:
+        return
+    print("\n== issue 16 verdicts (All-Reduce, medians)")
+    if "tide" in libs and mpis:
+        ratios = []
+        for size in sizes:
+            best = min((t(l, 2, size) for l in mpis if t(l, 2, size)), default=None)
+            tide = t("tide", 2, size)
+            if best and tide:
+                ratios.append((size, best / tide))
+        if ratios:
+            geo = statistics.geometric_mean([r for _, r in ratios])
+            low = min(ratios, key=lambda x: x[1])
+            ok = geo >= 1.0 and low[1] >= 0.8
+            print("  2 ranks, 8 B-64 KiB, best MPI time / Tide time: geomean %.2f (>= 1.0), "
+                  "lowest %.2f at %s (>= 0.8): %s" % (geo, low[1], human(low[0]),
+                                                     "holds" if ok else "FAILS"))
+    if "tideZ0" in libs and "tide" in libs:
+        for n in sorted({k[1] for k in med if k[0] == "all_reduce" and k[2] == "tideZ0"}):
+            worst = None
+            for size in sizes:
+                z0, z1 = t("tideZ0", n, size), t("tide", n, size)
+                if z0 and z1:
+                    slack = z0 / (1.5 * z1 + 2.0)  # <= 1: within 1.5 x (-z 1) + 2 us
+                    if worst is None or slack > worst[1]:
+                        worst = (size, slack, z0, z1)
+            if worst:
+                print("  %d ranks, 8 B-64 KiB, -z 0 within 1.5 x (-z 1) + 2 us: worst at %s "
+                      "(%.2f us against %.2f us, %.0f%% of the bound): %s" % (
+                          n, human(worst[0]), worst[2], worst[3], 100 * worst[1],
+                          "holds" if worst[1] <= 1.0 else "FAILS"))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -218,6 +262,8 @@ def main():
                     head += "  %9s" % "tideB/tide"
                 head += "  |  %9s" % "t_tide_us" + "".join("  %9s" % ("t_" + l) for l in mpis)
                 head += "  %9s" % "bestT/tide"
+                if "tideZ0" in libs:
+                    head += "  %9s" % "tz0/tide"
             roof_col = coll == "all_reduce" and n in roof and "tide" in libs
             if roof_col:
                 head += "  %8s" % "tide/roof"
@@ -250,6 +296,11 @@ def main():
                         line += "  " + fmt(best_t / tide["time_us"]
                                            if tide and best_t and tide["time_us"] > 0 else None,
                                            "%9.2f", 9)
+                        if "tideZ0" in libs:
+                            z0 = get("tideZ0")
+                            line += "  " + fmt(z0["time_us"] / tide["time_us"]
+                                               if z0 and tide and tide["time_us"] > 0 else None,
+                                               "%9.2f", 9)
                     elif roof_col:
                         line += " " * (5 + 11 * (len(mpis) + 2) - 2)
                 if roof_col and size >= ROOF_MIN_BYTES and get("tide"):
@@ -259,6 +310,8 @@ def main():
             if roof_col:
                 print("  tide/roof: Tide busbw / floor roofline busbw (%.3f GB/s), sizes >= %s"
                       % (roof[n]["floor_busbw"], human(ROOF_MIN_BYTES)))
+
+    verdicts(med, libs, mpis)
 
     if failures:
         print("\n== FAILED launches or checks:")
@@ -304,6 +357,20 @@ def main():
             series.append('"%s.dat" using 1:%d with lines dt 3 lw 2 lc "gray40" '
                           'title "memory roofline (staged)"' % (base, len(libs) + 3))
         gp.append("plot " + ", ".join(series))
+        # Time against size (log-log): where a reader sees latency.
+        with open(os.path.join(out, base + "_time.dat"), "w") as f:
+            f.write("# size " + " ".join(libs) + " (median time, us)\n")
+            for size in pos:
+                f.write("%d %s\n" % (size, " ".join(
+                    "%g" % med[(coll, n, l, size)]["time_us"] if (coll, n, l, size) in med
+                    else "NaN" for l in libs)))
+        gp += ['set output "%s_time.png"' % base,
+               'set title "%s, %d ranks: median time of %s"' % (
+                   NAMES.get(coll, coll), n, ", ".join(LABEL[l] for l in libs)),
+               'set logscale y 10', 'set ylabel "time (us)"', 'set yrange [*:*]',
+               "plot " + ", ".join('"%s_time.dat" using 1:%d with linespoints lw 2 title "%s"'
+                                   % (base, i + 2, LABEL[l]) for i, l in enumerate(libs)),
+               'unset logscale y', 'set ylabel "bus bandwidth (GB/s)"', 'set yrange [0:*]']
     with open(os.path.join(out, "plot.gp"), "w") as f:
         f.write("\n".join(gp) + "\n")
     if shutil.which("gnuplot"):

@@ -29,12 +29,16 @@ case "$mode" in
         'topology/*.cc' 'shim/*.cc' 'tools/*.cc')
     fi
     out=$(mktemp)
+    todo=()
     for f in "${files[@]}"; do
       # Only files this build compiles (optional features may be off).
-      grep -q "\"file\": \"[^\"]*$f\"" "$build/compile_commands.json" || continue
-      # GCC-only warning flags of the build (e.g. -Wno-restrict) mean nothing to clang.
-      clang-tidy -p "$build" --quiet --extra-arg=-Wno-unknown-warning-option "$f" 2>/dev/null | grep -A2 -E '(warning|error):' >>"$out"
+      grep -q "\"file\": \"[^\"]*$f\"" "$build/compile_commands.json" && todo+=("$f")
     done
+    # One clang-tidy per file, as many at once as there are cores. GCC-only
+    # warning flags of the build (e.g. -Wno-restrict) mean nothing to clang.
+    printf '%s\n' "${todo[@]}" | xargs -P "$(nproc)" -I{} sh -c \
+      'clang-tidy -p "$1" --quiet --extra-arg=-Wno-unknown-warning-option "$2" 2>/dev/null |
+         grep -A2 -E "(warning|error):"' _ "$build" {} >>"$out"
     if [ -s "$out" ]; then sort -u "$out" | grep -E '(warning|error):'; rm -f "$out"; exit 1; fi
     rm -f "$out"
     echo "clang-tidy: clean (${#files[@]} files)" ;;

@@ -200,6 +200,8 @@ Status checkComm(tideComm* comm, const std::vector<OpPrint>& mine, uint64_t seq)
 
 Status checkJob(Job& job) {
   for (auto& [comm, ticket] : job.tickets) {
+    // Known off (the usual case): no lock, no allocation per job.
+    if (comm->checkMode.load(std::memory_order_relaxed) == 0) continue;
     std::vector<OpPrint> mine;
     for (const OpDesc& op : job.ops) {
       if (op.comm == comm && op.chained()) mine.push_back(printOf(op));
@@ -212,6 +214,7 @@ Status checkJob(Job& job) {
       if (it == gStates.end()) {
         it = gStates.emplace(comm, CheckState{}).first;
         it->second.enabled = knobBool(Knob::Check);
+        comm->checkMode.store(it->second.enabled ? 1 : 0, std::memory_order_relaxed);
       }
       if (!it->second.enabled) continue;
       seq = it->second.seq++;

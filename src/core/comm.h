@@ -60,6 +60,8 @@ struct tideComm {
   uint64_t commHash = 0;  // printable id for logs
   std::string name;       // config commName or ""
   bool blocking = true;   // config blocking (split/shrink with a NULL config inherit it)
+  // TIDE_CHECK for this communicator (core/check.h): -1 not yet read, 0 off, 1 on.
+  std::atomic<int> checkMode{-1};
   tide::UniqueIdData id;  // the id it was created from (split reuses the secret)
   std::vector<tide::PeerInfo> peers;
   std::vector<const char*> transportOf;  // per peer, for logs

@@ -130,9 +130,11 @@ Status submit(std::vector<OpDesc>& ops) {
     return submitDevice(ops);
   }
   if (!anyStream && !tLocalBusy) return submitLocal(ops);
-  auto job = std::make_shared<Job>();
-  job->ops = std::move(ops);
-  std::vector<tideStream*> streams;
+  std::shared_ptr<Job> job = newJob();
+  job->ops.swap(ops);  // the pooled job's capacity goes back to the caller's vector
+  ops.clear();
+  thread_local std::vector<tideStream*> streams;  // capacity kept across calls
+  streams.clear();
   bool anyNull = false;
   for (const OpDesc& op : job->ops) {
     if (op.stream == nullptr) {

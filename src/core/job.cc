@@ -228,7 +228,29 @@ Status runOpsWith(Job& job, RunPool& pool) {
   return runTasks(pool.items, job.tickets.front().first->wait);
 }
 
+// A job made only of lane-routed collectives of one communicator (a host
+// stream's small collective, the common case): each runs through the lane's
+// blocking run(), on this thread, without the progress engine (nothing else
+// of the job needs progress). The same protocol as the engine's steps.
+bool laneOnly(const Job& job) {
+  if (job.tickets.size() != 1) return false;
+  for (const OpDesc& op : job.ops) {
+    if (op.route != Route::kLane) return false;
+  }
+  return job.tickets.front().first->lane != nullptr;
+}
+
+Status runLaneOps(Job& job) {
+  Lane* lane = job.tickets.front().first->lane.get();
+  for (const OpDesc& op : job.ops) {
+    Status s = lane->run(laneOpOf(op));
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 Status runOps(Job& job) {
+  if (laneOnly(job)) return runLaneOps(job);
   if (tRuns.inUse) {
     RunPool own;
     Status s = runOpsWith(job, own);
@@ -242,7 +264,40 @@ Status runOps(Job& job) {
   return s;
 }
 
+// Recycled jobs: a job whose only owner is the pool is free (nobody else
+// can gain a reference to it), so it can be cleared and handed out again.
+constexpr size_t kJobPoolSize = 32;
+std::mutex gJobPoolMu;
+std::vector<std::shared_ptr<Job>> gJobPool;
+
+void clearJob(Job& j) {
+  j.ops.clear();
+  j.tickets.clear();
+  j.claimed.store(false, std::memory_order_relaxed);
+  j.done = false;
+  j.result = Status::Ok();
+  j.arrivals.store(0, std::memory_order_relaxed);
+  j.parties = 1;
+}
+
 }  // namespace
+
+std::shared_ptr<Job> newJob() {
+  {
+    std::lock_guard<std::mutex> lock(gJobPoolMu);
+    for (std::shared_ptr<Job>& p : gJobPool) {
+      if (p.use_count() == 1) {
+        clearJob(*p);
+        return p;
+      }
+    }
+    if (gJobPool.size() < kJobPoolSize) {
+      gJobPool.push_back(std::make_shared<Job>());
+      return gJobPool.back();
+    }
+  }
+  return std::make_shared<Job>();  // more launches in flight than the pool holds
+}
 
 void executeJob(Job& job) {
   Status result;

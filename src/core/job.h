@@ -40,6 +40,12 @@ struct Job {
   }
 };
 
+// A cleared Job for a host-stream launch, recycled from a small process-wide
+// pool once its last owner let go of it (no allocation per launch in steady
+// state: a training loop or a benchmark issues the same shapes again and
+// again). Thread-safe.
+std::shared_ptr<Job> newJob();
+
 // Runs the job on the calling thread: waits for its tickets, executes every
 // operation, records errors (sticky on the communicators), advances the
 // tickets and marks the job done. Never throws.

@@ -2,6 +2,10 @@
 // caller's thread is free to compute while communication progresses. The
 // registry of live host streams tells them apart from CUDA streams passed as
 // tideStream_t (core/device_stream.h).
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -23,7 +27,10 @@ struct tideStream {
   tide::Status firstError;
   bool stop = false;
   bool workerIdle = false;  // the worker waits on cv (so enqueue must wake it)
-  int syncWaiters = 0;      // threads in Synchronize/Destroy (so the worker must wake them)
+  // enqueued and completed, readable without the lock (the brief waits below).
+  std::atomic<uint64_t> enqueuedA{0};
+  std::atomic<uint64_t> completedA{0};
+  int syncWaiters = 0;  // threads in Synchronize/Destroy (so the worker must wake them)
   std::thread worker;
 };
 
@@ -34,9 +41,30 @@ namespace {
 std::mutex gStreamsMu;
 std::set<const tideStream*> gStreams;  // made by tideStreamCreate, not destroyed
 
+// How long a stream's worker, or a thread synchronizing it, yields before it
+// sleeps: launches that follow one another closely (a training step's
+// buckets, a benchmark's iterations) then cost no wake-up (a futex wake and a
+// context switch, several microseconds on a loaded or virtual machine).
+// Yielding, not spinning: a rank that needs this core gets it at once.
+constexpr auto kBriefWait = std::chrono::microseconds(50);
+
+template <class Pred>
+bool waitBriefly(Pred done) {
+  const auto end = std::chrono::steady_clock::now() + kBriefWait;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    sched_yield();
+  }
+  return true;
+}
+
 void workerLoop(tideStream* s) {
   for (;;) {
     std::shared_ptr<Job> job;
+    waitBriefly([&] {
+      return s->enqueuedA.load(std::memory_order_acquire) !=
+             s->completedA.load(std::memory_order_relaxed);
+    });
     {
       std::unique_lock<std::mutex> lock(s->mu);
       s->workerIdle = true;
@@ -56,6 +84,7 @@ void workerLoop(tideStream* s) {
       std::lock_guard<std::mutex> lock(s->mu);
       s->queue.pop_front();
       ++s->completed;
+      s->completedA.store(s->completed, std::memory_order_release);
       if (!job->result.ok() && s->firstError.ok()) s->firstError = job->result;
       // Waking a synchronizing thread per job would steal the CPU from the
       // ranks doing the work: wake it only when the stream drains.
@@ -78,6 +107,7 @@ void streamEnqueue(tideStream* stream, std::shared_ptr<Job> job) {
     std::lock_guard<std::mutex> lock(stream->mu);
     stream->queue.push_back(std::move(job));
     ++stream->enqueued;
+    stream->enqueuedA.store(stream->enqueued, std::memory_order_release);
     wake = stream->workerIdle;
   }
   if (wake) stream->cv.notify_one();
@@ -97,6 +127,10 @@ tide::Status tideStreamCreateImpl(tideStream** out) {
 }
 
 tide::Status tideStreamSynchronizeImpl(tideStream* s) {
+  tide::waitBriefly([&] {
+    return s->completedA.load(std::memory_order_acquire) ==
+           s->enqueuedA.load(std::memory_order_relaxed);
+  });
   std::unique_lock<std::mutex> lock(s->mu);
   ++s->syncWaiters;
   s->idleCv.wait(lock, [&] { return s->completed == s->enqueued; });
