@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/bootstrap_frame.h"
+#include "core/boot/bootstrap_frame.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/bootstrap_frame.h"
-#include "core/bootstrap_wire.h"
+#include "core/boot/bootstrap_frame.h"
+#include "core/boot/bootstrap_wire.h"
 
 namespace {
 

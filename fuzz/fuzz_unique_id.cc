@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/bootstrap.h"
+#include "core/boot/bootstrap.h"
 #include "core/unique_id.h"
 
 namespace {

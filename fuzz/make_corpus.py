@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the bootstrap frame fuzzers (fuzz/corpus/boot_frame,
-fuzz/corpus/boot_hello) in the wire format of src/core/bootstrap_frame.h.
+fuzz/corpus/boot_hello) in the wire format of src/core/boot/bootstrap_frame.h.
 Run from anywhere; overwrites the seeds it names and leaves others alone."""
 import os
 import struct

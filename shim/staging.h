@@ -3,7 +3,7 @@
 //
 // Normally nothing is staged here: the caller's buffers (device or host) and
 // its cudaStream_t go straight to Tide, whose core orders the operation on
-// the stream (asynchronous, capturable in CUDA graphs; core/device_stream.h).
+// the stream (asynchronous, capturable in CUDA graphs; core/device/device_stream.h).
 // Only a PreMulSum, which the shim scales on the host, and calls on the NULL
 // (legacy default) stream, which ranks as threads share, still stage
 // synchronously: a device input is copied to host memory on the caller's

@@ -19,15 +19,18 @@
 #include <vector>
 
 #include "core/algorithm.h"
-#include "core/bootstrap.h"
-#include "core/executor.h"
 #include "core/lane.h"
 #include "core/status.h"
 #include "core/topology.h"
 #include "core/transport.h"
+#include "core/types.h"
 #include "core/unique_id.h"
 
 namespace tide {
+
+// Defined in core/boot/bootstrap.h; every file that creates or frees a
+// communicator includes it (the owning pointer needs the whole type there).
+class Bootstrap;
 
 // Per-collective algorithm/protocol choices parsed from TIDE_ALGO/TIDE_PROTO.
 struct AlgoChoice {
@@ -49,8 +52,9 @@ bool liveHold(const std::vector<tideComm*>& comms);
 }  // namespace tide
 
 struct tideComm {
-  tideComm() { tide::liveAdd(this); }
-  ~tideComm() { tide::liveRemove(this); }
+  // Both in core/comm/comm.cc, where the bootstrap's type is complete.
+  tideComm();
+  ~tideComm();
   tideComm(const tideComm&) = delete;
   tideComm& operator=(const tideComm&) = delete;
 

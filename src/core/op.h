@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/algorithm.h"
+#include "core/lane.h"
 
 struct tideComm;
 struct tideStream;
@@ -55,5 +56,16 @@ struct OpDesc {
   // row or the lane), as opposed to Send/Recv.
   bool chained() const { return route == Route::kLane || algo != nullptr; }
 };
+
+// The lane's view of an operation routed to it (Route::kLane).
+inline LaneOp laneOpOf(const OpDesc& d) {
+  LaneOp op;
+  op.args = d.args;
+  op.preScale = d.preScale;
+  op.postDiv = d.postDiv;
+  op.tag = d.tag;
+  op.seq = d.seq;
+  return op;
+}
 
 }  // namespace tide

@@ -19,4 +19,11 @@ enum class RedOp : unsigned char { Sum = 0, Prod = 1, Max = 2, Min = 3 };
 const char* opName(tideRedOp_t op);  // "sum", ...
 bool opValid(int op);
 
+// How a rank waits for its peers (the communicator's TIDE_SPIN_US and
+// TIDE_YIELD_US): spin, then yield, then sleep.
+struct WaitTuning {
+  int spinUs = 20;
+  int yieldUs = 200;
+};
+
 }  // namespace tide

@@ -86,7 +86,7 @@ bool resolveAll(void* lib, DriverApi* a, std::string* missing) {
        "cuIpcOpenMemHandle");
   need(resolve(lib, &a->cuIpcCloseMemHandle, "cuIpcCloseMemHandle"), "cuIpcCloseMemHandle");
   need(resolve(lib, &a->cuModuleUnload, "cuModuleUnload"), "cuModuleUnload");
-  // Optional (checked where used: core/device_stream.cc).
+  // Optional (checked where used: core/device/device_stream.cc).
   resolve(lib, &a->cuLaunchHostFunc, "cuLaunchHostFunc");
   resolve(lib, &a->cuStreamWaitValue32, "cuStreamWaitValue32", "cuStreamWaitValue32_v2");
   resolve(lib, &a->cuStreamWriteValue32, "cuStreamWriteValue32", "cuStreamWriteValue32_v2");

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/boot/bootstrap.h"
 #include "core/comm.h"
 #include "core/registry.h"
 #include "core/types.h"

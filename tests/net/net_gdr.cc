@@ -18,7 +18,7 @@
 
 #include "core/algorithm.h"
 #include "core/comm.h"
-#include "core/device_stream_state.h"
+#include "core/device/device_stream_state.h"
 #include "core/kernels.h"
 #include "core/registry.h"
 #include "tide/net.h"
@@ -201,7 +201,7 @@ TEST(NetGdr, RefusedRegistrationFailsTheConnection) {
 }
 
 // The executor posts the buffers of an operation whose memory type is
-// Device (what core/device_stream.cc plans for GPUDirect RDMA) through the
+// Device (what core/device/device_stream.cc plans for GPUDirect RDMA) through the
 // memory-typed posts, and refuses a reducing receive into device memory.
 TEST(NetGdr, ExecutorPostsDeviceMemoryTyped) {
   const tideNet_v1_t* net = exampleNet();

@@ -1,5 +1,5 @@
 // Raw-TCP clients of the bootstrap root, shared by test_bootroot.cc and
-// test_bootjunk.cc: they speak the typed frames of core/bootstrap_frame.h by
+// test_bootjunk.cc: they speak the typed frames of core/boot/bootstrap_frame.h by
 // hand so tests can send anything, valid or not. Every wait is bounded.
 #pragma once
 
@@ -18,9 +18,9 @@
 
 #include "bootstrap_util.h"
 #include "core/auth.h"
-#include "core/bootstrap.h"
-#include "core/bootstrap_frame.h"
-#include "core/bootstrap_wire.h"
+#include "core/boot/bootstrap.h"
+#include "core/boot/bootstrap_frame.h"
+#include "core/boot/bootstrap_wire.h"
 #include "core/socket.h"
 #include "core/unique_id.h"
 

@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/affinity.h"
+#include "core/comm/affinity.h"
 
 namespace tide {
 namespace {

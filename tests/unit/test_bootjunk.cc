@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "bootroot_util.h"
-#include "core/bootstrap_frame.h"
+#include "core/boot/bootstrap_frame.h"
 
 namespace tide {
 namespace {

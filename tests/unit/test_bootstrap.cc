@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bootstrap_util.h"
-#include "core/bootstrap.h"
+#include "core/boot/bootstrap.h"
 #include "core/config.h"
 #include "core/status.h"
 #include "core/unique_id.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/algorithm.h"
-#include "core/check.h"
+#include "core/exec/check.h"
 #include "transports/net/net_connection.h"
 
 namespace tide {

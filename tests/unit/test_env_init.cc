@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "core/env_init.h"
+#include "core/boot/env_init.h"
 #include "core/unique_id.h"
 
 namespace tide {

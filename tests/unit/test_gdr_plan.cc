@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/device_stream_gdr.h"
+#include "core/device/device_stream_gdr.h"
 #include "cuda/cuda_loader.h"
 
 namespace tide::gdr {

@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/shrink.h"
+#include "core/boot/bootstrap.h"
+#include "core/comm/shrink.h"
 #include "core/unique_id.h"
 
 namespace tide {

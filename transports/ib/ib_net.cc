@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/device_stream_gdr.h"
+#include "core/device/device_stream_gdr.h"
 #include "core/log.h"
 #include "core/registry.h"
 #include "transports/ib/ib_net_internal.h"

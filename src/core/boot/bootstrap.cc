@@ -1,5 +1,5 @@
 // Rank side of the bootstrap, plus the unique-id encoding.
-#include "core/bootstrap.h"
+#include "core/boot/bootstrap.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/bootstrap_frame.h"
-#include "core/bootstrap_wire.h"
+#include "core/boot/bootstrap_frame.h"
+#include "core/boot/bootstrap_wire.h"
 #include "core/config.h"
 #include "core/log.h"
 

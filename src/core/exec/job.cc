@@ -1,6 +1,6 @@
 // Running a job: issue-order tickets, one chain of collectives per
 // communicator plus one task per send/recv, all progressed together.
-#include "core/job.h"
+#include "core/exec/job.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,9 @@
 #include <memory>
 #include <optional>
 
-#include "core/check.h"
-#include "core/executor.h"
+#include "core/comm.h"
+#include "core/exec/check.h"
+#include "core/exec/executor.h"
 #include "core/log.h"
 #include "core/registry.h"
 
@@ -78,7 +79,7 @@ Task chainTask(ExecCtx& ctx, std::vector<const OpDesc*> ops, const KernelTable* 
       a.sendbuff = tmp;
     }
     ctx.setArgs(a);
-    co_await runCollective(ctx, *op);  // core/check.h: the algorithm (+ root confirmation)
+    co_await runCollective(ctx, *op);  // core/exec/check.h: the algorithm (+ root confirmation)
     bool hasResult = a.type != CollType::Reduce || ctx.rank() == a.root;
     if (op->postDiv != 0 && hasResult && a.count > 0) {
       k->divide(a.recvbuff, a.recvbuff, a.count, a.dtype, op->postDiv);
@@ -281,6 +282,24 @@ void clearJob(Job& j) {
 }
 
 }  // namespace
+
+namespace {
+std::mutex gIssueMu;  // ticket assignment and stream queueing happen atomically
+}  // namespace
+
+void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
+  std::lock_guard<std::mutex> lock(gIssueMu);
+  for (OpDesc& op : job.ops) {
+    bool seen = false;
+    for (auto& t : job.tickets) seen |= (t.first == op.comm);
+    if (!seen) {
+      std::lock_guard<std::mutex> cl(op.comm->execMu);
+      job.tickets.emplace_back(op.comm, op.comm->nextTicket++);
+      op.comm->users.fetch_add(1);
+    }
+  }
+  if (alsoLocked) alsoLocked();
+}
 
 std::shared_ptr<Job> newJob() {
   {

@@ -28,7 +28,7 @@
 #include <string>
 
 #include "core/auth.h"
-#include "core/bootstrap.h"
+#include "core/boot/bootstrap.h"
 #include "core/socket.h"
 #include "core/status.h"
 

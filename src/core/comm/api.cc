@@ -8,15 +8,17 @@
 #include <thread>
 #include <type_traits>
 
-#include "core/check.h"
+#include "core/boot/bootstrap.h"
+#include "core/boot/env_init.h"
 #include "core/comm.h"
+#include "core/comm/shrink.h"
 #include "core/config.h"
-#include "core/device_stream.h"
-#include "core/enqueue.h"
-#include "core/env_init.h"
+#include "core/device/device_stream.h"
+#include "core/exec/check.h"
+#include "core/exec/job.h"
+#include "core/issue/enqueue.h"
+#include "core/issue/planner.h"
 #include "core/log.h"
-#include "core/planner.h"
-#include "core/shrink.h"
 #include "cuda/cuda_loader.h"
 #include "tide/tide.h"
 #include "tide_build_config.h"

@@ -9,12 +9,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
-#include "core/enqueue.h"
+#include "core/op.h"
 
 namespace tide {
 
@@ -51,7 +52,17 @@ std::shared_ptr<Job> newJob();
 // tickets and marks the job done. Never throws.
 void executeJob(Job& job);
 
-// Queues a job on a host stream (core/stream.cc).
+// Takes the issue-order tickets of every communicator in `job` (and a user
+// count each, released by executeJob) and runs `alsoLocked` under the same
+// issue lock, so that the order of the streams' queues (and the CUDA proxy's
+// tickets) agrees with it. Thread-safe.
+void takeTickets(Job& job, const std::function<void()>& alsoLocked);
+
+// Queues a job on a host stream (core/exec/stream.cc).
 void streamEnqueue(tideStream* stream, std::shared_ptr<Job> job);
+
+// True when `s` was made by tideStreamCreate and not destroyed yet
+// (core/exec/stream.cc keeps the registry). Thread-safe.
+bool isHostStream(const tideStream* s);
 
 }  // namespace tide

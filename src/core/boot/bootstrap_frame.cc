@@ -1,5 +1,5 @@
 // Typed bootstrap frames: encoding, header validation and blocking frame I/O.
-#include "core/bootstrap_frame.h"
+#include "core/boot/bootstrap_frame.h"
 
 #include <cstdio>
 #include <cstring>

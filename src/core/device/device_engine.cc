@@ -2,8 +2,8 @@
 // of All-Reduce, and of a lone AllGather / ReduceScatter / Broadcast, on a
 // one-node communicator: created on first use in issue
 // order, agreed unusable by all ranks when creation fails anywhere (the
-// staged path of core/device_stream.cc then serves), closed collectively at
-// teardown. See core/device_stream.h.
+// staged path of core/device/device_stream.cc then serves), closed collectively at
+// teardown. See core/device/device_stream.h.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "core/boot/bootstrap.h"
 #include "core/comm.h"
-#include "core/device_stream.h"
-#include "core/device_stream_state.h"
+#include "core/device/device_stream.h"
+#include "core/device/device_stream_state.h"
 #include "core/log.h"
 #include "cuda/cuda_loader.h"
 #include "cuda/device_coll.h"

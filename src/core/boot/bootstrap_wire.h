@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "core/auth.h"
-#include "core/bootstrap.h"
-#include "core/bootstrap_frame.h"
+#include "core/boot/bootstrap.h"
+#include "core/boot/bootstrap_frame.h"
 #include "core/unique_id.h"
 
 namespace tide {

@@ -2,15 +2,16 @@
 // communicator creation measures the latency and bandwidth of one intra-node
 // and one inter-node pair (never the collectives the model is judged on), and
 // every rank adopts the same, worst measured figures.
-#include "core/probe.h"
+#include "core/comm/probe.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "core/boot/bootstrap.h"
 #include "core/config.h"
-#include "core/executor.h"
+#include "core/exec/executor.h"
 #include "core/log.h"
 #include "core/registry.h"
 

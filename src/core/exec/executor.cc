@@ -1,4 +1,4 @@
-#include "core/executor.h"
+#include "core/exec/executor.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -129,7 +129,7 @@ Pending ExecCtx::post(int peer, bool isSend, const void* sbuf, void* rbuf, size_
     setError(internalError("no connection to rank %d", peer));
     return p;
   }
-  // Device buffers (GPUDirect RDMA, planned in core/device_stream.cc) go
+  // Device buffers (GPUDirect RDMA, planned in core/device/device_stream.cc) go
   // through the memory-typed posts; host buffers take the plain ones.
   Status s;
   if (args_.mem == MemType::Host) {

@@ -13,8 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "core/device_stream.h"
-#include "core/job.h"
+#include "core/exec/job.h"
 #include "core/log.h"
 
 struct tideStream {

@@ -9,16 +9,12 @@
 #include <functional>
 #include <vector>
 
-#include "core/enqueue.h"
+#include "core/op.h"
 #include "core/status.h"
 
 namespace tide {
 
 struct Job;
-
-// True when `s` was made by tideStreamCreate and not destroyed yet
-// (core/stream.cc keeps the registry). Thread-safe.
-bool isHostStream(const tideStream* s);
 
 // What a non-NULL stream argument is: a Tide host stream, or (when the CUDA
 // driver is usable) a CUDA stream. Anything else is an invalid argument.
@@ -59,11 +55,5 @@ void stopDeviceStreams(tideComm* comm);
 // The first device-side error of the communicator's engine, or Ok (also when
 // it has none). Thread-safe, non-blocking; feeds tideComm::stickyError.
 Status deviceEngineError(tideComm* comm);
-
-// Takes the issue-order tickets of every communicator in `job` (and a user
-// count each, released by executeJob) and runs `alsoLocked` under the same
-// issue lock, so that a second ticket order (the proxy's) agrees with it.
-// Defined in core/enqueue.cc.
-void takeTickets(Job& job, const std::function<void()>& alsoLocked);
 
 }  // namespace tide

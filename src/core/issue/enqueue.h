@@ -25,9 +25,6 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
 void attachLane(tideComm* comm, std::unique_ptr<Lane> lane);
 void detachLane(tideComm* comm);
 
-// The lane's view of an operation routed to it (Route::kLane).
-LaneOp laneOpOf(const OpDesc& d);
-
 Status groupStart();
 Status groupEnd();
 

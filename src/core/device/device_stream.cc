@@ -1,10 +1,10 @@
-// Stream-ordered operations on CUDA streams: see core/device_stream.h and the
+// Stream-ordered operations on CUDA streams: see core/device/device_stream.h and the
 // protocol in cuda/stream_order.h. Threads: the issuing thread stages the
 // buffers and enqueues every driver call; CUDA's callback thread only arms
 // the word and posts (no CUDA calls, short locks); the communicator's proxy
 // thread runs the host algorithms and releases the word. The proxy makes no
 // CUDA calls either.
-#include "core/device_stream.h"
+#include "core/device/device_stream.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,8 +18,8 @@
 
 #include "core/comm.h"
 #include "core/config.h"
-#include "core/device_stream_state.h"
-#include "core/job.h"
+#include "core/device/device_stream_state.h"
+#include "core/exec/job.h"
 #include "core/log.h"
 #include "cuda/cuda_loader.h"
 #include "cuda/stream_order.h"

@@ -1,5 +1,5 @@
 // tideCommInitFromEnv: launcher detection, meeting point and rendezvous.
-#include "core/env_init.h"
+#include "core/boot/env_init.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "core/affinity.h"
+#include "core/comm/affinity.h"
 
 #include <sched.h>
 #include <unistd.h>

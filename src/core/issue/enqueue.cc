@@ -1,5 +1,5 @@
 // Validation, lowering, algorithm choice, groups and job submission.
-#include "core/enqueue.h"
+#include "core/issue/enqueue.h"
 
 #include <strings.h>
 
@@ -13,12 +13,12 @@
 #include <string>
 #include <tuple>
 
-#include "core/check.h"
 #include "core/config.h"
-#include "core/device_stream.h"
-#include "core/job.h"
+#include "core/device/device_stream.h"
+#include "core/exec/check.h"
+#include "core/exec/job.h"
+#include "core/issue/planner.h"
 #include "core/log.h"
-#include "core/planner.h"
 #include "core/registry.h"
 #include "cuda/cuda_loader.h"
 #include "cuda/stream_order.h"
@@ -45,8 +45,6 @@ struct GroupState {
   Status firstError;
 };
 thread_local GroupState tGroup;
-
-std::mutex gIssueMu;  // ticket assignment and stream queueing happen atomically
 
 // Jobs without a host stream run only on the calling thread, so one Job per
 // thread is recycled for them (no allocation in steady state). Thread-safety:
@@ -161,30 +159,6 @@ Status submit(std::vector<OpDesc>& ops) {
 }
 
 }  // namespace
-
-LaneOp laneOpOf(const OpDesc& d) {
-  LaneOp op;
-  op.args = d.args;
-  op.preScale = d.preScale;
-  op.postDiv = d.postDiv;
-  op.tag = d.tag;
-  op.seq = d.seq;
-  return op;
-}
-
-void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
-  std::lock_guard<std::mutex> lock(gIssueMu);
-  for (OpDesc& op : job.ops) {
-    bool seen = false;
-    for (auto& t : job.tickets) seen |= (t.first == op.comm);
-    if (!seen) {
-      std::lock_guard<std::mutex> cl(op.comm->execMu);
-      job.tickets.emplace_back(op.comm, op.comm->nextTicket++);
-      op.comm->users.fetch_add(1);
-    }
-  }
-  if (alsoLocked) alsoLocked();
-}
 
 namespace {
 

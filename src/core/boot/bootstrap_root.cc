@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/bootstrap_frame.h"
-#include "core/bootstrap_wire.h"
+#include "core/boot/bootstrap.h"
+#include "core/boot/bootstrap_frame.h"
+#include "core/boot/bootstrap_wire.h"
 #include "core/config.h"
 #include "core/log.h"
 

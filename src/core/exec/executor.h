@@ -16,6 +16,7 @@
 #include "core/algorithm.h"
 #include "core/status.h"
 #include "core/task.h"
+#include "core/types.h"
 
 namespace tide {
 
@@ -31,11 +32,6 @@ struct ExecItem {
   const std::atomic<bool>* abort = nullptr;  // raised by tideCommAbort
   int timeoutSec = 0;                        // no-progress timeout; 0: none
   Status result;                             // filled by runTasks
-};
-
-struct WaitTuning {
-  int spinUs = 20;
-  int yieldUs = 200;
 };
 
 // Runs all items; returns the first error (each item's own result is set).

@@ -1,5 +1,5 @@
 // TIDE_CHECK fingerprint exchange and comparison (see check.h).
-#include "core/check.h"
+#include "core/exec/check.h"
 
 #include <cstring>
 #include <map>
@@ -7,11 +7,12 @@
 #include <unordered_map>
 
 #include "core/algorithm.h"
+#include "core/boot/bootstrap.h"
 #include "core/comm.h"
 #include "core/config.h"
-#include "core/enqueue.h"
-#include "core/job.h"
+#include "core/exec/job.h"
 #include "core/log.h"
+#include "core/op.h"
 #include "core/types.h"
 
 namespace tide {

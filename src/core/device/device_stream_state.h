@@ -1,6 +1,6 @@
 // Per-communicator state of the CUDA-stream path, shared by
-// core/device_stream.cc (pinned staging, proxy thread) and
-// core/device_engine.cc (the device All-Reduce engine). Internal to the core.
+// core/device/device_stream.cc (pinned staging, proxy thread) and
+// core/device/device_engine.cc (the device All-Reduce engine). Internal to the core.
 #pragma once
 
 #include <atomic>
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/comm.h"
-#include "core/enqueue.h"
-#include "core/job.h"
+#include "core/exec/job.h"
+#include "core/op.h"
 #include "core/status.h"
 #include "cuda/cuda_loader.h"
 #include "cuda/device_coll.h"

@@ -1,7 +1,7 @@
 // GPUDirect RDMA on the core side: the planning of CUDA-stream Send / Recv
-// ops that skip staging (the pure rules are in core/device_stream_gdr.h) and
+// ops that skip staging (the pure rules are in core/device/device_stream_gdr.h) and
 // the exported dma-buf export tideNetDmaBufFd (include/tide/net.h).
-#include "core/device_stream_gdr.h"
+#include "core/device/device_stream_gdr.h"
 
 #include <sys/stat.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/device_stream_state.h"
+#include "core/device/device_stream_state.h"
 #include "core/log.h"
 #include "cuda/cuda_loader.h"
 #include "tide/net.h"

@@ -1,11 +1,12 @@
 // tideCommShrink (see shrink.h).
-#include "core/shrink.h"
+#include "core/comm/shrink.h"
 
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "core/boot/bootstrap.h"
 #include "core/comm.h"
 #include "core/log.h"
 

@@ -1,5 +1,5 @@
 // The planner (core/planner.h): routes and the algorithm table's choice.
-#include "core/planner.h"
+#include "core/issue/planner.h"
 
 #include <strings.h>
 
@@ -14,7 +14,7 @@
 
 #include "core/comm.h"
 #include "core/config.h"
-#include "core/device_stream.h"
+#include "core/device/device_stream.h"
 #include "core/log.h"
 #include "core/registry.h"
 

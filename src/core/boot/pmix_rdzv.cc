@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "core/env_init.h"
+#include "core/boot/env_init.h"
 #include "core/log.h"
 
 namespace tide {

@@ -8,14 +8,19 @@
 #include <numeric>
 #include <unordered_set>
 
-#include "core/affinity.h"
+#include "core/boot/bootstrap.h"
+#include "core/comm/affinity.h"
+#include "core/comm/probe.h"
 #include "core/config.h"
-#include "core/device_stream.h"
-#include "core/enqueue.h"
+#include "core/device/device_stream.h"
+#include "core/issue/enqueue.h"
 #include "core/log.h"
-#include "core/probe.h"
 #include "core/registry.h"
 #include "core/topology.h"
+
+tideComm::tideComm() { tide::liveAdd(this); }
+
+tideComm::~tideComm() { tide::liveRemove(this); }
 
 void tideComm::setAsyncError(const tide::Status& s) {
   std::lock_guard<std::mutex> lock(errMu);
