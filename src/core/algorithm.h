@@ -194,6 +194,14 @@ struct AlgorithmInfo {
   // forces one; unmodelled algorithms are used only when no modelled one
   // supports the call.
   double (*predictUs)(const CollArgs& args, const CommTopo& topo, size_t chunkBytes);
+  // The memory the row runs on. Host rows are coroutines (`run`) on the
+  // progress engine; device rows (MemType::Device, algorithms/device/) are
+  // kernels of the device engine on the caller's CUDA stream: `run` is null
+  // and `deviceKernel` names the kernel (the engine's DeviceAlgo number; 0:
+  // the engine picks by size). The planner chooses among the rows of the
+  // operation's memory kind; TIDE_ALGO names either kind.
+  MemType mem = MemType::Host;
+  int deviceKernel = 0;
 };
 
 }  // namespace tide

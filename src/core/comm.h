@@ -34,7 +34,8 @@ class Bootstrap;
 
 // Per-collective algorithm/protocol choices parsed from TIDE_ALGO/TIDE_PROTO.
 struct AlgoChoice {
-  const AlgorithmInfo* forced[static_cast<int>(CollType::kCount)] = {};
+  const AlgorithmInfo* forced[static_cast<int>(CollType::kCount)] = {};        // host rows
+  const AlgorithmInfo* forcedDevice[static_cast<int>(CollType::kCount)] = {};  // device rows
 };
 
 // ---- Communicators alive in this process ----

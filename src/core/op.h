@@ -47,14 +47,17 @@ struct OpDesc {
   uint64_t postDiv = 0;                 // Avg on integers: divide results by this after
   bool avg = false;                     // the caller asked for tideAvg (lowered above)
   Route route = Route::kHost;           // set by planRoute()
-  const AlgorithmInfo* algo = nullptr;  // the table row for kHost / kHostStaged*; else null
+  const AlgorithmInfo* algo = nullptr;  // the table row (host rows; device rows for kDevice)
+  bool algoForced = false;              // `algo` is TIDE_ALGO's, not the cost model's
   Codec codec;
   uint64_t seq = 0;
   uint32_t tag = 0;  // operation tag on the collective channel (core/check.h opTagOf)
 
   // A collective carried by the job machinery's collective chain (a table
   // row or the lane), as opposed to Send/Recv.
-  bool chained() const { return route == Route::kLane || algo != nullptr; }
+  bool chained() const {
+    return route == Route::kLane || (algo != nullptr && route != Route::kDevice);
+  }
 };
 
 // The lane's view of an operation routed to it (Route::kLane).

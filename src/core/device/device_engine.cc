@@ -189,7 +189,7 @@ Status stageFor(CommState* st, CuStream stream, const CollArgs& a, HostStage** o
 
 // The engine call of `a` on the given buffers. engineMu held.
 Status runOnEngine(CommState* st, const CollArgs& a, const void* send, void* recv, CuStream stream,
-                   bool avg) {
+                   bool avg, cuda::DeviceAlgo algo) {
   cuda::DeviceAllReduce* e = st->engine.get();
   switch (a.type) {
     case CollType::AllGather:
@@ -199,13 +199,14 @@ Status runOnEngine(CommState* st, const CollArgs& a, const void* send, void* rec
     case CollType::Broadcast:
       return e->broadcast(send, recv, a.count, a.dtype, a.root, stream);
     default:
-      return e->allReduce(send, recv, a.count, a.dtype, a.op, cuda::DeviceAlgo::kAuto, stream, avg);
+      return e->allReduce(send, recv, a.count, a.dtype, a.op, algo, stream, avg);
   }
 }
 
 // Host buffers: copy in (host callback), the engine on the mapped stage,
 // copy out (host callback). engineMu held.
-Status engineOnHostBuffers(CommState* st, const CollArgs& a, CuStream stream, bool avg) {
+Status engineOnHostBuffers(CommState* st, const CollArgs& a, CuStream stream, bool avg,
+                           cuda::DeviceAlgo algo) {
   const cuda::DriverApi* api = cuda::driver();
   HostStage* h = nullptr;
   TIDE_TRY(stageFor(st, stream, a, &h));
@@ -213,7 +214,7 @@ Status engineOnHostBuffers(CommState* st, const CollArgs& a, CuStream stream, bo
   if (rc != cuda::kCudaSuccess) return driverError("cuLaunchHostFunc (stage in)", rc);
   void* p = reinterpret_cast<void*>(h->dev);
   void* q = reinterpret_cast<void*>(h->dev + h->outOff);
-  TIDE_TRY(runOnEngine(st, a, p, q, stream, avg));
+  TIDE_TRY(runOnEngine(st, a, p, q, stream, avg, algo));
   rc = api->cuLaunchHostFunc(stream, stageOutFn, h);
   if (rc != cuda::kCudaSuccess) return driverError("cuLaunchHostFunc (stage out)", rc);
   return Status::Ok();
@@ -252,6 +253,12 @@ Status submitEngine(const OpDesc& op, bool avg, bool* used) {
     TIDE_INFO("device engine: comm %08x rank %d: %s runs on the engine path",
               static_cast<unsigned>(comm->commHash), comm->rank, collName(a.type));
   }
+  // The planner's row (algorithms/device/): a kernel TIDE_ALGO forced, else
+  // the engine picks by size with the same model and its agreed facts.
+  const cuda::DeviceAlgo algo =
+      op.algoForced && op.algo != nullptr && op.algo->mem == MemType::Device
+          ? static_cast<cuda::DeviceAlgo>(op.algo->deviceKernel)
+          : cuda::DeviceAlgo::kAuto;
   Status s;
   std::string why;
   const auto stream = reinterpret_cast<CuStream>(op.stream);
@@ -260,9 +267,9 @@ Status submitEngine(const OpDesc& op, bool avg, bool* used) {
   } else if (a.count > 0 && !onDevice(a, comm->rank)) {
     // Not device memory on this rank (the path is chosen alike on every
     // rank): the kernels work on a pinned copy.
-    s = engineOnHostBuffers(st, a, stream, avg);
+    s = engineOnHostBuffers(st, a, stream, avg, algo);
   } else {
-    s = runOnEngine(st, a, a.sendbuff, a.recvbuff, stream, avg);
+    s = runOnEngine(st, a, a.sendbuff, a.recvbuff, stream, avg, algo);
   }
   if (!s.ok()) {
     // The other ranks' kernels wait for this rank: stop this rank's

@@ -17,6 +17,7 @@
 #include "core/device/device_stream.h"
 #include "core/log.h"
 #include "core/registry.h"
+#include "cuda/device_algo_choice.h"
 
 namespace tide {
 
@@ -126,7 +127,7 @@ const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
   const bool log = logLevel() >= LogLevel::Info;
   std::string table;
   for (const AlgorithmInfo* a : registeredAlgorithms()) {
-    if (!(a->collMask & collBit(args.type))) continue;
+    if (!(a->collMask & collBit(args.type)) || a->mem != args.mem) continue;
     if (a->supports != nullptr && !a->supports(args, comm->nranks)) continue;
     if (a->predictUs == nullptr) {
       if (fallback == nullptr) fallback = a;
@@ -161,6 +162,7 @@ struct ChoiceEntry {
   CollType type = CollType::kCount;
   tideDataType_t dtype = tideFloat32;
   RedOp op = RedOp::Sum;
+  MemType mem = MemType::Host;
   const AlgorithmInfo* algo = nullptr;
 };
 constexpr size_t kChoiceSlots = 32;
@@ -174,28 +176,31 @@ const AlgorithmInfo* cachedAutoAlgo(const CollArgs& args, const tideComm* comm) 
   ChoiceEntry& e = tChoices[(h ^ (h >> 17)) % kChoiceSlots];
   if (e.comm == comm && e.commHash == comm->commHash && e.count == args.count &&
       e.root == args.root && e.type == args.type && e.dtype == args.dtype && e.op == args.op &&
-      e.algo != nullptr) {
+      e.mem == args.mem && e.algo != nullptr) {
     return e.algo;
   }
   const AlgorithmInfo* algo = autoAlgo(args, comm);
-  e = ChoiceEntry{comm,      comm->commHash, args.count, args.root,
-                  args.type, args.dtype,     args.op,    algo};
+  e = ChoiceEntry{comm,       comm->commHash, args.count, args.root, args.type,
+                  args.dtype, args.op,        args.mem,   algo};
   return algo;
 }
 
 }  // namespace
 
-const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm) {
-  const AlgorithmInfo* forced = comm->algo.forced[static_cast<int>(args.type)];
-  return (forced && (!forced->supports || forced->supports(args, comm->nranks)))
-             ? forced
-             : cachedAutoAlgo(args, comm);
+const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm, bool* wasForced) {
+  const int t = static_cast<int>(args.type);
+  const AlgorithmInfo* forced =
+      args.mem == MemType::Device ? comm->algo.forcedDevice[t] : comm->algo.forced[t];
+  const bool useForced = forced && (!forced->supports || forced->supports(args, comm->nranks));
+  if (wasForced != nullptr) *wasForced = useForced;
+  return useForced ? forced : cachedAutoAlgo(args, comm);
 }
 
 Status planRoute(OpDesc* op, bool alone, bool allowDevice) {
   const CollArgs& a = op->args;
   tideComm* comm = op->comm;
   op->algo = nullptr;
+  op->algoForced = false;
   if (a.type == CollType::Send || a.type == CollType::Recv) {
     op->route = Route::kP2p;
     return Status::Ok();
@@ -207,7 +212,12 @@ Status planRoute(OpDesc* op, bool alone, bool allowDevice) {
     const bool engineColl = a.type == CollType::AllReduce || a.type == CollType::AllGather ||
                             a.type == CollType::ReduceScatter || a.type == CollType::Broadcast;
     if (allowDevice && alone && engineColl && deviceEngineEligible(comm)) {
+      // A device row of the table (algorithms/device/): TIDE_ALGO's, or the
+      // cost model's (the engine then refines by its agreed facts).
+      CollArgs dev = a;
+      dev.mem = MemType::Device;
       op->route = Route::kDevice;
+      op->algo = chooseAlgorithm(dev, comm, &op->algoForced);
       return Status::Ok();
     }
     // A large staged All-Reduce is pipelined in chunks; the schedule depends
@@ -223,12 +233,36 @@ Status planRoute(OpDesc* op, bool alone, bool allowDevice) {
   } else {
     op->route = Route::kHost;
   }
-  op->algo = chooseAlgorithm(a, comm);
+  op->algo = chooseAlgorithm(a, comm, &op->algoForced);
   if (op->algo == nullptr) return internalError("no algorithm implements %s", collName(a.type));
   return Status::Ok();
 }
 
+namespace {
+
+// TIDE_DEBUG=INFO: the algorithm table the planner chooses from, once per
+// process (name, collectives, description of every registered row).
+void logAlgorithmTable() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (logLevel() < LogLevel::Info) return;
+    for (const AlgorithmInfo* a : registeredAlgorithms()) {
+      std::string colls;
+      for (int t = 0; t < static_cast<int>(CollType::kCount); ++t) {
+        if (a->collMask & collBit(static_cast<CollType>(t))) {
+          colls += (colls.empty() ? "" : ",") + std::string(collName(static_cast<CollType>(t)));
+        }
+      }
+      TIDE_INFO("algorithm table: %-9s %-40s %s%s", a->name, colls.c_str(), a->description,
+                a->predictUs != nullptr ? "" : " (unmodelled)");
+    }
+  });
+}
+
+}  // namespace
+
 void parseAlgoChoice(tideComm* comm) {
+  logAlgorithmTable();
   comm->algo = AlgoChoice{};
   std::string spec = knobString(Knob::Algo);
   for (auto& [coll, name] : parseSpec(spec)) {
@@ -248,10 +282,22 @@ void parseAlgoChoice(tideComm* comm) {
       }
       const AlgorithmInfo* a = findAlgo(name, ct);
       if (a != nullptr) {
-        comm->algo.forced[t] = a;
+        (a->mem == MemType::Device ? comm->algo.forcedDevice : comm->algo.forced)[t] = a;
       } else {
         warnOnce("TIDE_ALGO: \"" + name + "\" does not apply to " + collName(ct) +
                  "; using the automatic choice there");
+      }
+    }
+  }
+  // TIDE_DEVICE_ALGO (oneshot | twoshot | ring): an alias of
+  // TIDE_ALGO="allreduce:dev_<name>" (the engine also agrees it at creation).
+  cuda::DeviceAlgo devAlgo = cuda::DeviceAlgo::kAuto;
+  if (cuda::parseDeviceAlgo(knobString(Knob::DeviceAlgo), &devAlgo) &&
+      devAlgo != cuda::DeviceAlgo::kAuto) {
+    for (const AlgorithmInfo* a : registeredAlgorithms()) {
+      if (a->mem == MemType::Device && a->deviceKernel == static_cast<int>(devAlgo) &&
+          (a->collMask & collBit(CollType::AllReduce))) {
+        comm->algo.forcedDevice[static_cast<int>(CollType::AllReduce)] = a;
       }
     }
   }

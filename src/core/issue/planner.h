@@ -34,9 +34,11 @@ namespace tide {
 // is planned instead. An error only when no row of the table implements it.
 Status planRoute(OpDesc* op, bool alone, bool allowDevice = true);
 
-// The table row that runs `args` on `comm`: TIDE_ALGO's forced row where it
-// supports the call, else the cost model's choice.
-const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm);
+// The table row that runs `args` on `comm`, among the rows of args.mem's
+// kind (host or device): TIDE_ALGO's forced row where it supports the call,
+// else the cost model's choice. *wasForced (when given) tells which.
+const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm,
+                                     bool* wasForced = nullptr);
 
 // Parses TIDE_ALGO / TIDE_PROTO into comm->algo (warns once about names that
 // do not apply).

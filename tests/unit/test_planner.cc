@@ -1,0 +1,117 @@
+// The planner's algorithm table (core/issue/planner.h): host and device rows
+// in one table, the cost model choosing among the rows of the operation's
+// memory kind, TIDE_ALGO forcing either kind, TIDE_DEVICE_ALGO as an alias,
+// and the routes of host operations (lane, host row, p2p).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/issue/planner.h"
+#include "core/registry.h"
+
+namespace tide {
+namespace {
+
+// A one-node communicator of n ranks with the default topology.
+struct FakeComm {
+  explicit FakeComm(int n) {
+    c.nranks = n;
+    c.rank = 0;
+    std::vector<PeerInfo> peers(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) peers[r].rank = r;
+    defaultCommTopo(peers, 0, &c.topo);
+    c.chunkBytes = 1 << 20;
+  }
+  tideComm c;
+};
+
+CollArgs AllReduce(size_t count, MemType mem) {
+  CollArgs a;
+  a.type = CollType::AllReduce;
+  a.count = count;
+  a.dtype = tideFloat32;
+  a.elemSize = 4;
+  a.mem = mem;
+  return a;
+}
+
+TEST(Planner, HostAndDeviceRowsInOneTable) {
+  int host = 0, device = 0;
+  for (const AlgorithmInfo* a : registeredAlgorithms()) {
+    (a->mem == MemType::Device ? device : host) += 1;
+    if (a->mem == MemType::Device) {
+      EXPECT_EQ(strncmp(a->name, "dev_", 4), 0) << a->name;
+      EXPECT_NE(a->predictUs, nullptr) << a->name;
+      EXPECT_EQ(a->run, nullptr) << a->name;
+    } else {
+      EXPECT_NE(a->run, nullptr) << a->name;
+    }
+  }
+  EXPECT_GE(host, 6);
+  EXPECT_EQ(device, 4);  // dev_oneshot, dev_twoshot, dev_ring, dev_direct
+}
+
+TEST(Planner, ChoosesAmongRowsOfTheMemoryKind) {
+  unsetenv("TIDE_ALGO");
+  unsetenv("TIDE_DEVICE_ALGO");
+  FakeComm f(4);
+  parseAlgoChoice(&f.c);
+  for (size_t count : {size_t{2}, size_t{1} << 10, size_t{1} << 22}) {
+    bool forced = true;
+    const AlgorithmInfo* h = chooseAlgorithm(AllReduce(count, MemType::Host), &f.c, &forced);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->mem, MemType::Host) << h->name;
+    EXPECT_FALSE(forced);
+    const AlgorithmInfo* d = chooseAlgorithm(AllReduce(count, MemType::Device), &f.c, &forced);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->mem, MemType::Device) << d->name;
+    EXPECT_FALSE(forced);
+  }
+  // Small device All-Reduce: one-shot (one latency); the model's order holds.
+  EXPECT_STREQ(chooseAlgorithm(AllReduce(2, MemType::Device), &f.c)->name, "dev_oneshot");
+}
+
+TEST(Planner, TideAlgoForcesEitherKind) {
+  setenv("TIDE_ALGO", "allreduce:ring;allreduce:dev_twoshot", 1);
+  FakeComm f(3);
+  parseAlgoChoice(&f.c);
+  bool forced = false;
+  EXPECT_STREQ(chooseAlgorithm(AllReduce(2, MemType::Host), &f.c, &forced)->name, "ring");
+  EXPECT_TRUE(forced);
+  EXPECT_STREQ(chooseAlgorithm(AllReduce(2, MemType::Device), &f.c, &forced)->name, "dev_twoshot");
+  EXPECT_TRUE(forced);
+  unsetenv("TIDE_ALGO");
+  setenv("TIDE_DEVICE_ALGO", "ring", 1);  // the documented alias
+  parseAlgoChoice(&f.c);
+  EXPECT_STREQ(chooseAlgorithm(AllReduce(2, MemType::Device), &f.c, &forced)->name, "dev_ring");
+  EXPECT_TRUE(forced);
+  EXPECT_EQ(chooseAlgorithm(AllReduce(2, MemType::Host), &f.c, &forced)->mem, MemType::Host);
+  EXPECT_FALSE(forced);
+  unsetenv("TIDE_DEVICE_ALGO");
+}
+
+TEST(Planner, HostRoutes) {
+  unsetenv("TIDE_ALGO");
+  FakeComm f(2);
+  parseAlgoChoice(&f.c);
+  OpDesc d;
+  d.comm = &f.c;
+  d.args = AllReduce(16, MemType::Host);
+  ASSERT_TRUE(planRoute(&d, true).ok());
+  EXPECT_EQ(d.route, Route::kHost);  // no lane on this communicator
+  EXPECT_NE(d.algo, nullptr);
+  EXPECT_TRUE(d.chained());
+  d.args.type = CollType::Send;
+  ASSERT_TRUE(planRoute(&d, false).ok());
+  EXPECT_EQ(d.route, Route::kP2p);
+  EXPECT_EQ(d.algo, nullptr);
+  EXPECT_FALSE(d.chained());
+  EXPECT_STREQ(routeName(Route::kLane), "lane");
+}
+
+}  // namespace
+}  // namespace tide
