@@ -1,5 +1,5 @@
-// Socket net pieces: TIDE_SOCKET_IFNAME syntax, device discovery, stripe
-// arithmetic, and real IPv4 / IPv6 transfers with the liveness options set.
+// Socket net pieces: stripe arithmetic, and real IPv4 / IPv6 transfers with
+// the liveness options set (interface choice: test_net_common.cc).
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "transports/common/net_devices.h"
 #include "transports/socket/socket_internal.h"
 #include "transports/socket/socket_net.h"
 
@@ -97,34 +98,6 @@ extern "C" int pthread_mutex_unlock(pthread_mutex_t* m) {
 
 namespace tide {
 namespace {
-
-TEST(SocketIfname, NcclSyntax) {
-  EXPECT_TRUE(socketIfnameMatches("eth", "eth0"));
-  EXPECT_TRUE(socketIfnameMatches("ib,eth", "eth1"));
-  EXPECT_FALSE(socketIfnameMatches("ib,eth", "lo"));
-  EXPECT_FALSE(socketIfnameMatches("^eth", "eth0"));
-  EXPECT_TRUE(socketIfnameMatches("^eth", "lo"));
-  EXPECT_TRUE(socketIfnameMatches("=eth0", "eth0"));
-  EXPECT_FALSE(socketIfnameMatches("=eth0", "eth00"));
-  EXPECT_FALSE(socketIfnameMatches("^=eth0", "eth0"));
-  EXPECT_TRUE(socketIfnameMatches("^=eth0", "eth00"));
-  EXPECT_TRUE(socketIfnameMatches("^docker,virbr", "veth1"));
-  EXPECT_FALSE(socketIfnameMatches("", "eth0"));
-}
-
-TEST(SocketDevices, LoopbackByName) {
-  auto v4 = findSocketDevices("lo", AF_INET);
-  ASSERT_EQ(v4.size(), 1u);
-  EXPECT_EQ(v4[0].ifname, "lo");
-  EXPECT_EQ(v4[0].addr.hostStr(), "127.0.0.1");
-  EXPECT_TRUE(findSocketDevices("=no-such-if", AF_UNSPEC).empty());
-  // Without a filter loopback is used only when nothing else exists.
-  auto any = findSocketDevices("", AF_UNSPEC);
-  ASSERT_FALSE(any.empty());
-  if (any.size() > 1) {
-    for (auto& d : any) EXPECT_NE(d.ifname, "lo");
-  }
-}
 
 TEST(SocketStripes, Split) {
   int n;
@@ -499,7 +472,7 @@ int loopbackTransfer(const char* ifname, const char* family) {
 TEST(SocketNet, Ipv4Loopback) { EXPECT_EQ(loopbackTransfer("lo", "AF_INET"), 0); }
 
 TEST(SocketNet, Ipv6Loopback) {
-  if (findSocketDevices("lo", AF_INET6).empty()) GTEST_SKIP() << "no IPv6 on lo";
+  if (findNetDevices("lo", AF_INET6).empty()) GTEST_SKIP() << "no IPv6 on lo";
   EXPECT_EQ(loopbackTransfer("lo", "AF_INET6"), 0);
 }
 

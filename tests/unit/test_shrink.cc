@@ -69,16 +69,5 @@ TEST(Shrink, ListenerBecomesRoot) {
   EXPECT_EQ(w[0], 11);
 }
 
-TEST(Shrink, InterfaceFilter) {
-  EXPECT_TRUE(interfaceNameMatches("eth", "eth0"));
-  EXPECT_FALSE(interfaceNameMatches("eth", "lo"));
-  EXPECT_TRUE(interfaceNameMatches("ib,eth", "eth1"));
-  EXPECT_FALSE(interfaceNameMatches("^lo,docker", "lo"));
-  EXPECT_TRUE(interfaceNameMatches("^lo,docker", "eth0"));
-  EXPECT_TRUE(interfaceNameMatches("=eth0", "eth0"));
-  EXPECT_FALSE(interfaceNameMatches("=eth0", "eth01"));
-  EXPECT_FALSE(interfaceNameMatches("", "eth0"));
-}
-
 }  // namespace
 }  // namespace tide

@@ -18,8 +18,8 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/socket.h"
+#include "transports/common/net_devices.h"
 #include "transports/ib/ib_net_internal.h"
-#include "transports/socket/socket_net.h"
 
 namespace tide {
 namespace ibnet {
@@ -317,7 +317,7 @@ void destroyComm(Comm* c) {
 tideResult_t netListen(int dev, void* handle, void** listenComm) {
   if (handle == nullptr || listenComm == nullptr || dev < 0 || dev >= numDevices())
     return fail(invalidArgument("ib net: listen: bad arguments (device %d)", dev));
-  std::vector<SocketDevice> ifs = findSocketDevices(knobString(Knob::SocketIfname), AF_UNSPEC);
+  std::vector<NetDevice> ifs = findNetDevices(knobString(Knob::SocketIfname), AF_UNSPEC);
   if (ifs.empty()) {
     return fail(
         systemError("ib net: no interface for the set-up side channel matches "

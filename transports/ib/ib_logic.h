@@ -49,26 +49,6 @@ constexpr int kIbMaxQps = 16;
 constexpr size_t kIbStripeAlign = 128;  // shares start on this boundary
 constexpr size_t kIbDefaultMaxWr = 1 << 20;
 
-// ---- Device selection (TIDE_IB_HCA, NCCL syntax) --------------------------------
-
-// "mlx5_0:1,mlx5_1" (prefixes, optional :port), "^mlx5_2" (exclude), "=mlx5_0"
-// (exact names). Empty: everything matches.
-class HcaFilter {
- public:
-  static HcaFilter parse(const std::string& spec);
-  bool matches(const std::string& device, int port) const;
-  bool empty() const { return items_.empty(); }
-
- private:
-  struct Item {
-    std::string name;
-    int port = -1;  // -1: any
-  };
-  std::vector<Item> items_;
-  bool exclude_ = false;
-  bool exact_ = false;
-};
-
 // ---- Striping ---------------------------------------------------------------------
 
 struct IbWr {

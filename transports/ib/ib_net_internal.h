@@ -4,16 +4,15 @@
 // isend/irecv/test, poll fd). The protocol is described in ib_logic.h; the
 // set-up wire formats in ib_wire.h.
 //
-// Set-up: listen() opens a TCP side channel on the interface
-// TIDE_SOCKET_IFNAME picks (same rules as the socket net) and writes its
-// address and a random nonce into the handle. The connector (the sending
-// side) creates its QPs (INIT, receive WRs for CTS posted) and CTS FIFO and
-// sends an IbConnInfo; the acceptor checks the nonce, creates its QPs, posts
-// its receive WRs, moves them to RTR and RTS and answers with its own
-// IbConnInfo; the connector moves its QPs to RTR and RTS and sends one
-// "ready" byte, after which the acceptor returns the comm (so no CTS is
-// written before the connector's QPs can take it). Both sides are
-// non-blocking state machines.
+// Set-up: listen() opens a TCP side channel on the interface TIDE_SOCKET_IFNAME
+// picks (transports/common/net_devices.h, as for the socket net) and writes its
+// address and a random nonce into the handle. The connector (the sending side)
+// creates its QPs (INIT, receive WRs for CTS posted) and CTS FIFO and sends an
+// IbConnInfo; the acceptor checks the nonce, creates its QPs, posts its receive
+// WRs, moves them to RTR and RTS and answers with its own IbConnInfo; the
+// connector moves its QPs to RTR and RTS and sends one "ready" byte, after
+// which the acceptor returns the comm (so no CTS is written before the
+// connector's QPs can take it). Both sides are non-blocking state machines.
 //
 // Liveness: the side-channel socket stays open for the comm's life. When it
 // closes (the peer closed its comm or died), requests not finished after a
@@ -40,11 +39,11 @@
 
 #include "core/status.h"
 #include "tide/net.h"
+#include "transports/common/mr_cache.h"
 #include "transports/ib/ib_engine.h"
 #include "transports/ib/ib_logic.h"
 #include "transports/ib/ib_verbs.h"
 #include "transports/ib/ib_wire.h"
-#include "transports/ib/mr_cache.h"
 
 namespace tide {
 namespace ibnet {

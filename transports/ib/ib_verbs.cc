@@ -14,6 +14,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "transports/common/hca_filter.h"
 #include "transports/ib/ib_logic.h"
 
 namespace tide {

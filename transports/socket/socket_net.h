@@ -13,36 +13,23 @@
 // silent or partitioned peer with unacknowledged data fails the comm
 // (tideRemoteError) after about TIDE_TIMEOUT seconds; a slow link that keeps
 // acknowledging never does.
+//
+// Devices: the interfaces transports/common/net_devices.h finds for
+// TIDE_SOCKET_IFNAME (and TIDE_SOCKET_FAMILY). Files: socket_devices.cc
+// (init, devices, properties), socket_setup.cc (listen, connect, accept),
+// socket_comm.cc (a comm's sockets, options and helper threads),
+// socket_stream.cc (the per-socket send and receive state machines),
+// socket_stripes.cc (stripe arithmetic, header wire form), socket_net.cc
+// (isend, irecv, test, poll fd, close; the net's table). Shared
+// declarations: socket_internal.h.
 #pragma once
 
-#include <netinet/in.h>
-
+#include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
 
-#include "core/socket.h"
 #include "tide/net.h"
 
 namespace tide {
-
-// TIDE_SOCKET_IFNAME / NCCL_SOCKET_IFNAME syntax: comma-separated prefixes;
-// a leading '^' excludes the listed names, a leading '=' (after any '^')
-// makes the items exact names.
-bool socketIfnameMatches(const std::string& filter, const std::string& name);
-
-struct SocketDevice {
-  std::string ifname;
-  SockAddr addr;  // port 0
-  int speedMbps = 0;
-  std::string pciPath;  // "" when not a PCI device
-};
-
-// Interfaces that are up and match `filter` (empty: all but lo, docker*,
-// virbr*; loopback only when nothing else exists), one address each:
-// family AF_INET or AF_INET6 as asked, else IPv4 preferred (no IPv6
-// link-local addresses). Order of getifaddrs().
-std::vector<SocketDevice> findSocketDevices(const std::string& filter, int family);
 
 // A stripe header in memory. On the wire it is kStripeHeaderBytes bytes, every
 // field little-endian at a fixed offset, whatever the host's byte order:

@@ -1,7 +1,7 @@
-// The socket net's devices (TIDE_SOCKET_IFNAME) and connection setup:
-// listen, non-blocking connect of all sockets of a comm, and accept, which
-// groups incoming sockets by the connector's random id (each sends a
-// Preamble naming the listener's cookie and its index).
+// The socket net's connection setup: listen, non-blocking connect of all
+// sockets of a comm, and accept, which groups incoming sockets by the
+// connector's random id (each sends a Preamble naming the listener's cookie
+// and its index).
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,13 +12,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "transports/socket/socket_internal.h"
-#include "transports/socket/socket_net.h"
 
 namespace tide {
 namespace socknet {
@@ -47,11 +45,6 @@ struct Preamble {
   uint64_t connId;
 };
 static_assert(sizeof(Preamble) == 24);
-
-std::vector<SocketDevice>* gDevices = nullptr;
-std::once_flag gInitOnce;
-
-// ---- Listen / connect / accept ---------------------------------------------------
 
 struct PendingSock {
   int fd;
@@ -82,60 +75,11 @@ int configuredSocks() {
 
 }  // namespace
 
-int socketThreads() {
-  const int64_t t = knobInt(Knob::SocketNthreads);
-  if (t >= 0) return static_cast<int>(std::min<int64_t>(t, kMaxThreads));
-  return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 1 : 0;
-}
-
-tideResult_t netInit(tideNetLogger_t) {
-  std::call_once(gInitOnce, [] {
-    std::string fam = knobString(Knob::SocketFamily);
-    int family = AF_UNSPEC;
-    if (fam == "AF_INET" || fam == "4") family = AF_INET;
-    if (fam == "AF_INET6" || fam == "6") family = AF_INET6;
-    gDevices =
-        new std::vector<SocketDevice>(findSocketDevices(knobString(Knob::SocketIfname), family));
-    for (const SocketDevice& d : *gDevices)
-      TIDE_INFO("socket net: device %s %s", d.ifname.c_str(), d.addr.hostStr().c_str());
-  });
-  if (gDevices->empty()) {
-    return fail(tideSystemError, "no network interface matches TIDE_SOCKET_IFNAME=\"%s\"%s",
-                knobString(Knob::SocketIfname).c_str(),
-                knobIsSet(Knob::SocketFamily) ? " and TIDE_SOCKET_FAMILY" : "");
-  }
-  return tideSuccess;
-}
-
-tideResult_t netDevices(int* n) {
-  if (gDevices == nullptr) return fail(tideInvalidUsage, "devices() before init()");
-  *n = static_cast<int>(gDevices->size());
-  return tideSuccess;
-}
-
-static bool badDev(int dev) {
-  return gDevices == nullptr || dev < 0 || dev >= static_cast<int>(gDevices->size());
-}
-
-tideResult_t netGetProperties(int dev, tideNetProperties_v1_t* p) {
-  if (badDev(dev) || p == nullptr) return fail(tideInvalidArgument, "bad device %d", dev);
-  const SocketDevice& d = (*gDevices)[dev];
-  *p = tideNetProperties_v1_t{};
-  p->name = d.ifname.c_str();
-  p->pciPath = d.pciPath.empty() ? nullptr : d.pciPath.c_str();
-  p->ptrSupport = TIDE_NET_PTR_HOST;
-  p->speed = d.speedMbps;
-  p->latency = 0;
-  p->maxComms = 65536;
-  p->maxRecvs = 1;
-  p->maxSize = size_t{1} << 30;
-  return tideSuccess;
-}
-
 tideResult_t netListen(int dev, void* handle, void** listenComm) {
-  if (badDev(dev) || handle == nullptr || listenComm == nullptr)
+  const NetDevice* d = socketDevice(dev);
+  if (d == nullptr || handle == nullptr || listenComm == nullptr)
     return fail(tideInvalidArgument, "listen: bad arguments (device %d)", dev);
-  const SockAddr& a = (*gDevices)[dev].addr;
+  const SockAddr& a = d->addr;
   Socket s;
   Status st = Socket::listen(a, SOMAXCONN, &s);
   if (!st.ok()) return fail(st.code(), "listen on %s: %s", a.str().c_str(), st.message().c_str());

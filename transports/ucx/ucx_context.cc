@@ -1,7 +1,5 @@
 // The UCX net's process-wide UCP context (see ucx_internal.h).
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstdarg>
@@ -11,7 +9,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
-#include "transports/ib/ib_logic.h"
+#include "transports/common/net_devices.h"
 #include "transports/ucx/ucx_internal.h"
 
 namespace tide {
@@ -34,49 +32,15 @@ tideResult_t fail(tideResult_t code, const char* fmt, ...) {
 
 namespace {
 
-// First interface that is up and matches TIDE_SOCKET_IFNAME (default: not
-// loopback, not docker/virbr); loopback when nothing else exists.
+// The side channel's interface: the first one the socket net would use
+// (TIDE_SOCKET_IFNAME; default: not loopback, not docker/virbr; loopback when
+// nothing else exists).
 bool pickInterface(std::string* name, SockAddr* addr) {
-  std::string filter = knobString(Knob::SocketIfname);
-  HcaFilter f = HcaFilter::parse(filter);
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  bool found = false, haveLo = false;
-  SockAddr lo;
-  std::string loName;
-  for (int pass = 0; pass < 2 && !found; ++pass) {  // pass 0: IPv4, pass 1: IPv6
-    int fam = pass == 0 ? AF_INET : AF_INET6;
-    for (ifaddrs* i = list; i && !found; i = i->ifa_next) {
-      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || i->ifa_addr->sa_family != fam) continue;
-      if (fam == AF_INET6 &&
-          IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
-        continue;
-      std::string n = i->ifa_name;
-      bool isLo = (i->ifa_flags & IFF_LOOPBACK) != 0;
-      SockAddr a;
-      a.len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      memcpy(&a.ss, i->ifa_addr, a.len);
-      if (filter.empty()) {
-        if (isLo) {
-          if (!haveLo) lo = a, loName = n, haveLo = true;
-          continue;
-        }
-        if (n.rfind("docker", 0) == 0 || n.rfind("virbr", 0) == 0) continue;
-      } else if (!f.matches(n, -1)) {
-        continue;
-      }
-      *name = n;
-      *addr = a;
-      found = true;
-    }
-  }
-  freeifaddrs(list);
-  if (!found && haveLo && filter.empty()) {
-    *name = loName;
-    *addr = lo;
-    found = true;
-  }
-  return found;
+  std::vector<NetDevice> devs = findNetDevices(knobString(Knob::SocketIfname), AF_UNSPEC);
+  if (devs.empty()) return false;
+  *name = devs[0].ifname;
+  *addr = devs[0].addr;
+  return true;
 }
 
 // What UCX_TLS (`tls`, may be null: UCX's default) allows of tcp: whether
@@ -226,15 +190,6 @@ tideResult_t ucxDevices(int* ndev) {
   return tideSuccess;
 }
 
-int linkSpeed(const std::string& ifname) {
-  FILE* f = fopen(("/sys/class/net/" + ifname + "/speed").c_str(), "r");
-  if (!f) return 0;
-  int speed = 0;
-  if (fscanf(f, "%d", &speed) != 1 || speed < 0) speed = 0;
-  fclose(f);
-  return speed;
-}
-
 tideResult_t ucxGetProperties(int dev, tideNetProperties_v1_t* props) {
   Global& g = global();
   if (dev != 0 || !g.ctx) return fail(tideInvalidArgument, "getProperties: no device %d", dev);
@@ -243,7 +198,7 @@ tideResult_t ucxGetProperties(int dev, tideNetProperties_v1_t* props) {
   props->pciPath = nullptr;
   props->guid = 0;
   props->ptrSupport = TIDE_NET_PTR_HOST;
-  props->speed = linkSpeed(g.ifname);
+  props->speed = linkSpeedMbps(g.ifname);
   props->port = 0;
   props->latency = 0;
   props->maxComms = 65536;

@@ -18,7 +18,7 @@
 
 #include "core/socket.h"
 #include "tide/net.h"
-#include "transports/ib/mr_cache.h"
+#include "transports/common/mr_cache.h"
 
 namespace tide {
 namespace ucx {

@@ -48,7 +48,7 @@
 //    close that does not finish within 2 ms parks its worker, which later
 //    net calls progress and destroy (ucx_close.cc).
 //  - UCX's tcp receive segment defaults to TIDE_UCX_TCP_SEG_SIZE (512 KiB).
-//  - regMr: a process-wide MrCache (transports/ib/mr_cache.h) of ucp_mem_map
+//  - regMr: a process-wide MrCache (transports/common/mr_cache.h) of ucp_mem_map
 //    registrations, bounded by TIDE_UCX_MR_CACHE_ENTRIES; the memory handle
 //    is passed to the tag operations.
 #pragma once

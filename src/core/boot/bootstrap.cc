@@ -1,8 +1,6 @@
 // Rank side of the bootstrap, plus the unique-id encoding.
 #include "core/boot/bootstrap.h"
 
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -17,6 +15,8 @@
 #include "core/boot/bootstrap_frame.h"
 #include "core/boot/bootstrap_wire.h"
 #include "core/config.h"
+#include "core/if_addrs.h"
+#include "core/if_filter.h"
 #include "core/log.h"
 
 namespace tide {
@@ -257,48 +257,17 @@ Status formRing(const Socket& listener, const Socket& next, const UniqueIdData& 
 
 }  // namespace
 
-bool interfaceNameMatches(const std::string& filter, const char* name) {
-  std::string f = filter;
-  bool exclude = false, exact = false;
-  if (!f.empty() && f[0] == '^') {
-    exclude = true;
-    f.erase(0, 1);
-  }
-  if (!f.empty() && f[0] == '=') {
-    exact = true;
-    f.erase(0, 1);
-  }
-  bool hit = false;
-  for (size_t pos = 0; pos <= f.size() && !hit;) {
-    size_t end = f.find(',', pos);
-    if (end == std::string::npos) end = f.size();
-    std::string item = f.substr(pos, end - pos);
-    if (!item.empty()) hit = exact ? item == name : strncmp(name, item.c_str(), item.size()) == 0;
-    pos = end + 1;
-  }
-  return exclude ? !hit : hit;
-}
-
 Status interfaceAddress(int family, SockAddr* addr) {
   std::string filter = knobString(Knob::SocketIfname);
   if (filter.empty()) return Status::Ok();
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return errnoError(errno, "getifaddrs");
+  std::vector<NetInterface> ifs;
+  TIDE_TRY(listInterfaces(&ifs));
   SockAddr same, other;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP)) continue;
-    int fam = i->ifa_addr->sa_family;
-    if ((fam != AF_INET && fam != AF_INET6) || !interfaceNameMatches(filter, i->ifa_name)) continue;
-    if (fam == AF_INET6 &&
-        IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr))
-      continue;
-    SockAddr& slot = fam == family ? same : other;
-    if (slot.valid()) continue;
-    size_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    memcpy(&slot.ss, i->ifa_addr, len);
-    slot.len = static_cast<socklen_t>(len);
+  for (const NetInterface& i : ifs) {
+    if (!i.up() || !interfaceNameMatches(filter, i.name) || i.linkLocal6()) continue;
+    SockAddr& slot = i.family == family ? same : other;
+    if (!slot.valid()) slot = i.addr;
   }
-  freeifaddrs(list);
   if (!same.valid() && !other.valid())
     return invalidArgument("no up interface matches TIDE_SOCKET_IFNAME=%s", filter.c_str());
   *addr = same.valid() ? same : other;

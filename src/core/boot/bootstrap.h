@@ -76,12 +76,10 @@ class Bootstrap {
 WireAddr toWire(const SockAddr& a);
 SockAddr fromWire(const WireAddr& w);
 
-// TIDE_SOCKET_IFNAME syntax: comma-separated name prefixes, "^" excludes the
-// listed ones, "=" makes names exact. Pure.
-bool interfaceNameMatches(const std::string& filter, const char* name);
-// When TIDE_SOCKET_IFNAME is set, replaces *addr with the first address of an
-// up interface it selects (of `family` when there is one; no link-local v6);
-// tideInvalidArgument when none matches. Leaves *addr alone when unset.
+// When TIDE_SOCKET_IFNAME (syntax: core/if_filter.h) is set, replaces *addr
+// with the first address of an up interface it selects (of `family` when
+// there is one; no link-local v6); tideInvalidArgument when none matches.
+// Leaves *addr alone when unset.
 Status interfaceAddress(int family, SockAddr* addr);
 
 // Starts a bootstrap root (as startBootstrapRoot) on an already listening

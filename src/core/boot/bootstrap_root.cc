@@ -8,8 +8,6 @@
 // length) as soon as it is in, before the payload is read; nothing is
 // allocated on a peer's say-so before its proof checks out; the pending set
 // is capped and sheds its oldest members under a flood.
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -28,6 +26,8 @@
 #include "core/boot/bootstrap_frame.h"
 #include "core/boot/bootstrap_wire.h"
 #include "core/config.h"
+#include "core/if_addrs.h"
+#include "core/if_filter.h"
 #include "core/log.h"
 
 namespace tide {
@@ -472,20 +472,15 @@ Status startBootstrapRoot(UniqueIdData* data) {
 // IPv4 interface selected by TIDE_SOCKET_IFNAME (if set), else loopback.
 Status defaultRootAddress(SockAddr* out) {
   std::string want = knobString(Knob::SocketIfname);
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) == 0) {
-    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      if (!(i->ifa_flags & IFF_UP)) continue;
-      bool loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
-      if (want.empty() ? loop : !interfaceNameMatches(want, i->ifa_name)) continue;
-      memcpy(&out->ss, i->ifa_addr, sizeof(sockaddr_in));
-      out->len = sizeof(sockaddr_in);
+  std::vector<NetInterface> ifs;
+  if (listInterfaces(&ifs).ok()) {
+    for (const NetInterface& i : ifs) {
+      if (i.family != AF_INET || !i.up()) continue;
+      if (want.empty() ? i.loopback() : !interfaceNameMatches(want, i.name)) continue;
+      *out = i.addr;
       out->setPort(0);
-      freeifaddrs(ifs);
       return Status::Ok();
     }
-    freeifaddrs(ifs);
   }
   return resolveAddress("127.0.0.1", 0, out);
 }

@@ -3,8 +3,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +16,8 @@
 
 #include "core/auth.h"
 #include "core/config.h"
+#include "core/if_addrs.h"
+#include "core/if_filter.h"
 #include "core/log.h"
 #include "core/unique_id.h"
 #include "tide_build_config.h"
@@ -230,27 +230,6 @@ std::string sanitize(const std::string& s) {
   return r;
 }
 
-// TIDE_SOCKET_IFNAME-style match: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact.
-bool interfaceMatches(const std::string& filter, const char* name) {
-  std::string f = filter;
-  bool exclude = false, exact = false;
-  if (!f.empty() && f[0] == '^') exclude = true, f.erase(0, 1);
-  if (!f.empty() && f[0] == '=') exact = true, f.erase(0, 1);
-  bool hit = false;
-  size_t pos = 0;
-  while (pos <= f.size()) {
-    size_t comma = f.find(',', pos);
-    std::string item = f.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!item.empty()) {
-      hit = exact ? item == name : std::strncmp(name, item.c_str(), item.size()) == 0;
-      if (hit) break;
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return exclude ? !hit : hit;
-}
-
 // An address of this node that other nodes can reach (for a root that must
 // serve several nodes): TIDE_SOCKET_IFNAME, else the first non-loopback,
 // non-container interface; IPv4 preferred. Port 0.
@@ -258,26 +237,20 @@ Status advertiseAddress(SockAddr* out) {
   std::string filter = knobString(Knob::SocketIfname);
   bool userFilter = !filter.empty();
   if (!userFilter) filter = "^lo,docker,virbr,veth";
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return errnoError(errno, "getifaddrs");
+  std::vector<NetInterface> ifs;
+  TIDE_TRY(listInterfaces(&ifs));
   SockAddr v4, v6;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP)) continue;
-    int fam = i->ifa_addr->sa_family;
-    if (fam != AF_INET && fam != AF_INET6) continue;
-    if (!userFilter && (i->ifa_flags & IFF_LOOPBACK)) continue;
-    if (!interfaceMatches(filter, i->ifa_name)) continue;
-    if (fam == AF_INET6) {
-      auto* a6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
-      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr) || v6.valid()) continue;
-      std::memcpy(&v6.ss, a6, sizeof(sockaddr_in6));
-      v6.len = sizeof(sockaddr_in6);
+  for (const NetInterface& i : ifs) {
+    if (!i.up()) continue;
+    if (!userFilter && i.loopback()) continue;
+    if (!interfaceNameMatches(filter, i.name)) continue;
+    if (i.family == AF_INET6) {
+      if (i.linkLocal6() || v6.valid()) continue;
+      v6 = i.addr;
     } else if (!v4.valid()) {
-      std::memcpy(&v4.ss, i->ifa_addr, sizeof(sockaddr_in));
-      v4.len = sizeof(sockaddr_in);
+      v4 = i.addr;
     }
   }
-  freeifaddrs(list);
   if (v4.valid()) {
     *out = v4;
   } else if (v6.valid()) {

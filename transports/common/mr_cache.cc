@@ -1,4 +1,4 @@
-#include "transports/ib/mr_cache.h"
+#include "transports/common/mr_cache.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-// Memory-registration cache shared by the verbs and UCX transports: an
+// Memory-registration cache shared by the verbs and UCX nets: an
 // interval map of registered address ranges with reference counts and
 // least-recently-used eviction of unreferenced entries.
 //
