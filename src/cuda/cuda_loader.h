@@ -94,7 +94,7 @@ struct DriverApi {
                               unsigned flags);               // cuStreamWriteValue32_v2
   int (*cuStreamIsCapturing)(CuStream stream, int* status);  // CUstreamCaptureStatus
   int (*cuThreadExchangeStreamCaptureMode)(int* mode);       // CUstreamCaptureMode
-  // Events marking the engine's last launch on each stream (device_coll.cc),
+  // Events marking the engine's last launch on each stream (device_coll_launch.cc),
   // so close() never queries a stream the application may have destroyed.
   // Optional: without them close() does not wait for the streams.
   int (*cuEventCreate)(CuEvent* event, unsigned int flags);
