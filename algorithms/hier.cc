@@ -14,8 +14,12 @@
 // fall back to flat rings over the topology's ring order (still correct);
 // Broadcast and Reduce need no equal counts. On one node everything runs
 // inside the node.
+//
+// Files: the Broadcast / Reduce chains are in hier_chain.cc, the cost model
+// in hier_cost.cc; hier.h joins them.
+#include "algorithms/hier.h"
+
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "algorithms/patterns/cost.h"
@@ -23,21 +27,12 @@
 #include "core/algorithm.h"
 #include "core/registry.h"
 
-namespace tide {
+namespace tide::hier {
 
 namespace {
 
 using pattern::partBegin;
 using pattern::partLen;
-
-// Ranks taking part in a sub-collective, in ring order, and this rank's index.
-struct Group {
-  std::vector<int> ranks;
-  int idx = 0;
-  int size() const { return static_cast<int>(ranks.size()); }
-  int next() const { return ranks[pattern::mod(idx + 1, size())]; }
-  int prev() const { return ranks[pattern::mod(idx - 1, size())]; }
-};
 
 using SegList = std::vector<char*>;  // a member's piece: segments of equal size
 
@@ -137,14 +132,9 @@ Task groupReduceScatter(ExecCtx& ctx, const Group& g, const std::vector<SegList>
   }
 }
 
-// ---- Layout ----------------------------------------------------------------------------
+}  // namespace
 
-struct Layout {
-  const CommTopo* t;
-  int node, local, nnodes;
-  bool equal;  // every node has the same number of ranks
-  Group intra, inter, flat;
-};
+// ---- Layout ----------------------------------------------------------------------------
 
 Layout layoutOf(const ExecCtx& ctx) {
   const CommTopo& t = ctx.topo();
@@ -174,6 +164,8 @@ Layout layoutOf(const ExecCtx& ctx) {
   L.flat.idx = pattern::positionOf(L.flat.ranks, r);
   return L;
 }
+
+namespace {
 
 // ---- All-Reduce --------------------------------------------------------------------------
 
@@ -343,118 +335,6 @@ Task hierReduceScatter(ExecCtx& ctx) {
   co_await groupReduceScatter(ctx, L.inter, inter, dst, seg);
 }
 
-// ---- Broadcast and Reduce: leader chain + node chains ------------------------------------
-
-// Parent (-1 at the root) and children (at most two) of this rank.
-struct TreeLinks {
-  int parent = -1;
-  std::vector<int> children;
-};
-
-TreeLinks rootedLinks(const ExecCtx& ctx, int root) {
-  const Layout L = layoutOf(ctx);
-  const CommTopo& t = *L.t;
-  const int n = ctx.nranks(), r = ctx.rank();
-  TreeLinks out;
-  if (static_cast<int>(t.nodeOf.size()) != n || t.nodeRanks.empty()) {
-    // No node data: a chain in rank order from the root.
-    const pattern::Chain c{r, n, root};
-    if (!c.first()) out.parent = c.up();
-    if (!c.last()) out.children.push_back(c.down());
-    return out;
-  }
-  const int nn = static_cast<int>(t.nodeRanks.size());
-  const int rootNode = t.nodeOf[root], rootLocal = t.localRankOf[root];
-  auto leaderOf = [&](int node) {
-    const auto& nr = t.nodeRanks[node];
-    return rootLocal < static_cast<int>(nr.size()) ? nr[rootLocal] : nr[0];
-  };
-  // Node chain: the node's ranks starting at its leader.
-  const auto& mine = t.nodeRanks[L.node];
-  const int k = static_cast<int>(mine.size());
-  const int lpos = pattern::positionOf(mine, leaderOf(L.node));
-  const int my = pattern::mod(L.intra.idx - lpos, k);
-  if (my > 0) out.parent = mine[pattern::mod(lpos + my - 1, k)];
-  if (my + 1 < k) out.children.push_back(mine[pattern::mod(lpos + my + 1, k)]);
-  if (my == 0) {
-    // Leader chain over nodes starting at the root's node.
-    const int np = pattern::mod(L.node - rootNode, nn);
-    if (np > 0) out.parent = leaderOf(pattern::mod(L.node - 1, nn));
-    if (np + 1 < nn) out.children.push_back(leaderOf(pattern::mod(L.node + 1, nn)));
-  }
-  return out;
-}
-
-Task hierBroadcast(ExecCtx& ctx) {
-  const CollArgs a = ctx.args();
-  const size_t bytes = a.count * a.elemSize;
-  const char* in = static_cast<const char*>(a.sendbuff);
-  char* out = static_cast<char*>(a.recvbuff);
-  const bool isRoot = ctx.rank() == a.root;
-  if (isRoot) ctx.copy(out, in, bytes);
-  if (ctx.nranks() == 1 || bytes == 0) co_return;
-  const TreeLinks tl = rootedLinks(ctx, a.root);
-  const size_t chunk = ctx.chunkElems() * a.elemSize;
-  std::vector<Pending> recvs, sends;
-  if (tl.parent >= 0) {
-    for (size_t base = 0; base < bytes; base += chunk)
-      recvs.push_back(ctx.recv(tl.parent, out + base, std::min(chunk, bytes - base)));
-  }
-  size_t c = 0;
-  for (size_t base = 0; base < bytes; base += chunk, ++c) {
-    if (tl.parent >= 0) co_await ctx.wait(recvs[c]);
-    for (int child : tl.children)
-      sends.push_back(ctx.send(child, out + base, std::min(chunk, bytes - base)));
-  }
-  co_await ctx.waitAll(sends);
-}
-
-Task hierReduce(ExecCtx& ctx) {
-  const CollArgs a = ctx.args();
-  const size_t bytes = a.count * a.elemSize;
-  const char* in = static_cast<const char*>(a.sendbuff);
-  char* out = static_cast<char*>(a.recvbuff);
-  const bool isRoot = ctx.rank() == a.root;
-  if (ctx.nranks() == 1 || bytes == 0) {
-    if (isRoot) ctx.copy(out, in, bytes);
-    co_return;
-  }
-  const TreeLinks tl = rootedLinks(ctx, a.root);
-  const size_t chunk = ctx.chunkElems() * a.elemSize;
-  const size_t first = std::min(chunk, bytes);
-  constexpr int kWindow = 4;  // partial sums in flight towards the parent
-  char* win[kWindow] = {};
-  char* extra = nullptr;  // the second child's chunk
-  if (!isRoot && !tl.children.empty()) {
-    for (char*& w : win) {
-      w = static_cast<char*>(ctx.scratch(first));
-      if (w == nullptr) co_return;
-    }
-  }
-  if (tl.children.size() > 1) {
-    extra = static_cast<char*>(ctx.scratch(first));
-    if (extra == nullptr) co_return;
-  }
-  std::vector<Pending> sends;
-  size_t c = 0;
-  for (size_t base = 0; base < bytes; base += chunk, ++c) {
-    const size_t len = std::min(chunk, bytes - base);
-    if (tl.children.empty()) {
-      sends.push_back(ctx.send(tl.parent, in + base, len));
-      continue;
-    }
-    char* dst = isRoot ? out + base : win[c % kWindow];
-    if (!isRoot && c >= kWindow) co_await ctx.wait(sends[c - kWindow]);
-    Pending r0 = ctx.recvReduce(tl.children[0], dst, in + base, len);
-    Pending r1;
-    if (tl.children.size() > 1) r1 = ctx.recv(tl.children[1], extra, len);
-    co_await ctx.wait(r0, r1);
-    if (tl.children.size() > 1) ctx.reduce(dst, dst, extra, len / a.elemSize);
-    if (!isRoot) sends.push_back(ctx.send(tl.parent, dst, len));
-  }
-  co_await ctx.waitAll(sends);
-}
-
 Task runHier(ExecCtx& ctx) {
   switch (ctx.args().type) {
     case CollType::AllReduce:
@@ -469,108 +349,6 @@ Task runHier(ExecCtx& ctx) {
       return hierReduce(ctx);
     default:
       return Task();
-  }
-}
-
-// ---- Cost model -----------------------------------------------------------------------------
-
-// Every rank sends to its successor in its node (intra) or to its
-// same-local-rank peer on the next node (inter), all at once. With unequal
-// nodes, a rank whose local rank the next node lacks has no inter peer.
-void ringPairs(const CommTopo& t, bool inter, std::vector<int>* from, std::vector<int>* to) {
-  const int nn = static_cast<int>(t.nodeRanks.size());
-  for (int i = 0; i < nn; ++i) {
-    const auto& nr = t.nodeRanks[i];
-    const int k = static_cast<int>(nr.size());
-    for (int j = 0; j < k; ++j) {
-      if (inter && j >= static_cast<int>(t.nodeRanks[(i + 1) % nn].size())) continue;
-      from->push_back(nr[j]);
-      to->push_back(inter ? t.nodeRanks[(i + 1) % nn][j] : nr[(j + 1) % k]);
-    }
-  }
-}
-
-// Flat ring over the ring order (the unequal-nodes fallback).
-double flatRingUs(const CollArgs& a, const CommTopo& t, double chunk) {
-  const int n = t.nranks;
-  const std::vector<int> order = pattern::ringOrder(t, n);
-  std::vector<int> to(n);
-  for (int i = 0; i < n; ++i) to[i] = order[(i + 1) % n];
-  const double es = static_cast<double>(a.elemSize);
-  const double bytes = static_cast<double>(a.count) * es;
-  if (a.type == CollType::AllReduce) {
-    const double blocks = pattern::numChunks(bytes, static_cast<size_t>(chunk) * n);
-    return blocks * 2 * (n - 1) * pattern::stepUs(t, order, to, bytes / (n * blocks)) +
-           pattern::reduceUs(t, bytes * (n - 1) / n);
-  }
-  double us = (n - 1) * pattern::stepUs(t, order, to, bytes);
-  if (a.type == CollType::ReduceScatter) us += pattern::reduceUs(t, bytes * (n - 1));
-  return us;
-}
-
-// Sums the phases (they run one after another); inter-node steps price each
-// node's concurrent same-local-rank flows together on its network link.
-double predictHier(const CollArgs& a, const CommTopo& t, size_t chunkBytes) {
-  const int n = std::max(t.nranks, 1);
-  const double es = static_cast<double>(a.elemSize);
-  const double bytes = static_cast<double>(a.count) * es;
-  if (n == 1 || bytes == 0) return bytes / 1e4;
-  const double chunk = std::max(1.0, std::floor(chunkBytes / es)) * es;
-  if (static_cast<int>(t.nodeRanks.size()) < 1 || static_cast<int>(t.nodeOf.size()) != n)
-    return 1e30;
-  const int nn = static_cast<int>(t.nodeRanks.size());
-  bool equal = true;
-  for (const auto& nr : t.nodeRanks) equal = equal && nr.size() == t.nodeRanks[0].size();
-  const int k = static_cast<int>(t.nodeRanks[0].size());
-  std::vector<int> fi, ti, fe, te;
-  ringPairs(t, false, &fi, &ti);
-  ringPairs(t, true, &fe, &te);
-  auto intraStep = [&](double b) { return k > 1 ? pattern::stepUs(t, fi, ti, b) : 0.0; };
-  auto interStep = [&](double b) { return nn > 1 ? pattern::stepUs(t, fe, te, b) : 0.0; };
-  switch (a.type) {
-    case CollType::AllReduce: {
-      if (!equal) return flatRingUs(a, t, chunk);
-      if (nn == 1) return 1.05 * flatRingUs(a, t, chunk);  // a ring that also waits on sends
-      const double blocks = pattern::numChunks(bytes, static_cast<size_t>(chunk) * k);
-      const double piece = bytes / blocks / k;  // one rank's share of a block
-      // First block: its steps one after another. Then one block per
-      // pipeline iteration, in which all 2(k-1) intra and 2(nn-1) inter
-      // steps of different blocks share the links. A waiting rank has the
-      // next block's inter-node transfer queued, so per block the network
-      // costs its wire time, or the link latency when that is longer.
-      const double first = 2 * (k - 1) * intraStep(piece) + 2 * (nn - 1) * interStep(piece / nn);
-      const double interWire = interStep(2 * (nn - 1) * piece / nn) - t.interNode.latencyUs;
-      const double steady =
-          std::max(intraStep(2 * (k - 1) * piece), std::max(interWire, t.interNode.latencyUs));
-      return first + (blocks - 1) * steady + pattern::reduceUs(t, bytes * (k - 1) / k) +
-             pattern::reduceUs(t, piece * blocks * (nn - 1) / nn);
-    }
-    case CollType::AllGather:
-    case CollType::ReduceScatter: {
-      if (!equal) return flatRingUs(a, t, chunk);
-      if (nn == 1) return 1.05 * flatRingUs(a, t, chunk);
-      // Inter: nn-1 steps of one segment; intra: k-1 steps of nn segments.
-      double us = (nn - 1) * interStep(bytes) +
-                  (k - 1) * (intraStep(nn * bytes) + (nn - 1) * t.intraNode.latencyUs);
-      if (a.type == CollType::ReduceScatter)
-        us += pattern::reduceUs(t, bytes * ((k - 1) * nn + (nn - 1)));
-      return us;
-    }
-    case CollType::Broadcast:
-    case CollType::Reduce: {
-      // Pipelined: fill along nn-1 leader hops and k-1 node hops, then one
-      // chunk per stage at the slower class in use.
-      const double chunks = pattern::numChunks(bytes, static_cast<size_t>(chunk));
-      const double c = bytes / chunks;
-      double stage = 0;
-      if (k > 1) stage = std::max(stage, pattern::linkUs(t.intraNode, c));
-      if (nn > 1) stage = std::max(stage, pattern::linkUs(t.interNode, c));
-      double us = (nn - 1 + k - 1 + chunks - 1) * stage;
-      if (a.type == CollType::Reduce) us += pattern::reduceUs(t, 2 * bytes);
-      return us;
-    }
-    default:
-      return 1e30;
   }
 }
 
@@ -590,4 +368,4 @@ const AlgorithmInfo kHier = {
 
 TIDE_ON_LOAD(registerAlgorithm(&kHier));
 
-}  // namespace tide
+}  // namespace tide::hier

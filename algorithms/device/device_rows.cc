@@ -1,7 +1,7 @@
 // Device algorithms as rows of the algorithm table: the device engine's
 // All-Reduce kernels (one-shot, two-shot, FIFO ring) and its single-kernel
 // AllGather / ReduceScatter / Broadcast, for device buffers on a CUDA stream
-// of a one-node communicator (route Route::kDevice, core/planner.h). Their
+// of a one-node communicator (route Route::kDevice, core/issue/planner.h). Their
 // cost model is the engine's alpha-beta model (cuda/device_algo_choice.h)
 // over the communicator's topology, so one chooser and one TIDE_ALGO serve
 // host and device rows alike ("allreduce:dev_ring", or TIDE_DEVICE_ALGO).

@@ -6,7 +6,7 @@
 // thread at a time (NCCL's rule), except abort/asyncError/lastError which use
 // the atomic and mutex-protected fields below. Work on a communicator runs in
 // issue order: each job takes a ticket per communicator at issue time and
-// runs only after all lower tickets are done (core/enqueue.cc).
+// runs only after all lower tickets are done (core/issue/enqueue.cc).
 #pragma once
 
 #include <atomic>
@@ -65,7 +65,7 @@ struct tideComm {
   uint64_t commHash = 0;  // printable id for logs
   std::string name;       // config commName or ""
   bool blocking = true;   // config blocking (split/shrink with a NULL config inherit it)
-  // TIDE_CHECK for this communicator (core/check.h): -1 not yet read, 0 off, 1 on.
+  // TIDE_CHECK for this communicator (core/exec/check.h): -1 not yet read, 0 off, 1 on.
   std::atomic<int> checkMode{-1};
   tide::UniqueIdData id;  // the id it was created from (split reuses the secret)
   std::vector<tide::PeerInfo> peers;

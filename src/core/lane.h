@@ -4,7 +4,7 @@
 // The core creates at most one Lane per communicator, at the end of
 // communicator creation (after the transports are connected), through the
 // factory registered with registerLane() (core/registry.h). The planner
-// (core/planner.h) routes every host-memory collective whose shape the lane
+// (core/issue/planner.h) routes every host-memory collective whose shape the lane
 // accepts (accepts()) to it, whatever stream or group it is issued in: a
 // blocking call alone runs it on the calling thread (run()); a host stream's
 // job or a group runs it through the progress engine (start/poll/finish).
@@ -33,7 +33,7 @@ struct LaneOp {
   CollArgs args;         // Avg already lowered to Sum (see preScale/postDiv)
   double preScale = 0;   // non-zero: multiply inputs by it first (Avg, floats)
   uint64_t postDiv = 0;  // non-zero: divide results by it after (Avg, integers)
-  uint32_t tag = 0;      // operation tag (core/check.h opTagOf), identical on all ranks
+  uint32_t tag = 0;      // operation tag (core/exec/check.h opTagOf), identical on all ranks
   uint64_t seq = 0;      // operation sequence number, for messages
 };
 

@@ -1,5 +1,5 @@
 // One validated operation as the core carries it from issue to execution
-// (OpDesc), and the route the planner gave it (core/planner.h).
+// (OpDesc), and the route the planner gave it (core/issue/planner.h).
 //
 // Ownership: an OpDesc is a value; it is copied into the Job that runs it.
 // It does not own the communicator, the stream or the buffers.
@@ -16,7 +16,7 @@ struct tideStream;
 namespace tide {
 
 // Where an operation runs. Chosen once per operation by planRoute()
-// (core/planner.h) from what every rank of the communicator knows, so every
+// (core/issue/planner.h) from what every rank of the communicator knows, so every
 // rank that issues the same call takes the same route (or routes that speak
 // the same protocol).
 enum class Route : uint8_t {
@@ -51,7 +51,7 @@ struct OpDesc {
   bool algoForced = false;              // `algo` is TIDE_ALGO's, not the cost model's
   Codec codec;
   uint64_t seq = 0;
-  uint32_t tag = 0;  // operation tag on the collective channel (core/check.h opTagOf)
+  uint32_t tag = 0;  // operation tag on the collective channel (core/exec/check.h opTagOf)
 
   // A collective carried by the job machinery's collective chain (a table
   // row or the lane), as opposed to Send/Recv.

@@ -3,7 +3,7 @@
 // An algorithm is a C++20 coroutine returning Task. It posts sends and
 // receives through its ExecCtx (core/algorithm.h) and co_awaits their
 // completion; it may co_await another Task (a sub-algorithm). The executor
-// (core/executor.h) resumes suspended tasks when what they wait for is done,
+// (core/exec/executor.h) resumes suspended tasks when what they wait for is done,
 // so several operations (a group) progress together on one thread.
 //
 // A Task is lazy (starts when first resumed or awaited) and owns its frame.

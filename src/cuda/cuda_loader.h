@@ -85,7 +85,7 @@ struct DriverApi {
   int (*cuIpcOpenMemHandle)(CuDevPtr* ptr, CuIpcMemHandle handle, unsigned int flags);  // _v2
   int (*cuIpcCloseMemHandle)(CuDevPtr ptr);
   int (*cuModuleUnload)(CuModule module);
-  // Stream-ordered device path (core/device_stream.cc). Optional: a driver
+  // Stream-ordered device path (core/device/device_stream.cc). Optional: a driver
   // without them still probes usable; the path then fails with a clear error.
   int (*cuLaunchHostFunc)(CuStream stream, void (*fn)(void*), void* userData);
   int (*cuStreamWaitValue32)(CuStream stream, CuDevPtr addr, unsigned value,
@@ -94,7 +94,7 @@ struct DriverApi {
                               unsigned flags);               // cuStreamWriteValue32_v2
   int (*cuStreamIsCapturing)(CuStream stream, int* status);  // CUstreamCaptureStatus
   int (*cuThreadExchangeStreamCaptureMode)(int* mode);       // CUstreamCaptureMode
-  // Events marking the engine's last launch on each stream (device_coll.cc),
+  // Events marking the engine's last launch on each stream (device_coll_launch.cc),
   // so close() never queries a stream the application may have destroyed.
   // Optional: without them close() does not wait for the streams.
   int (*cuEventCreate)(CuEvent* event, unsigned int flags);
@@ -107,7 +107,7 @@ struct DriverApi {
                                        unsigned long long flags);
   // Makes a NIC's completed writes into device memory visible to the GPU
   // before a stream reads them (CUDA 11.3+). Optional: without it, receives
-  // into device memory are staged (core/device_stream_gdr.cc).
+  // into device memory are staged (core/device/device_stream_gdr.cc).
   int (*cuFlushGPUDirectRDMAWrites)(int target, int scope);
 };
 

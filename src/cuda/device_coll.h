@@ -31,6 +31,10 @@
 //
 // Thread-safety: one thread at a time per engine, except abort() (any
 // thread, any time).
+//
+// Host side: device_coll.cc (creation, teardown), device_coll_launch.cc (the
+// calls' launches), device_coll_errors.cc (error state), device_ring_engine.cc
+// (the ring).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // Algorithm logic of the device collective engine of one node (peer-mapped
 // scratch; All-Reduce, AllGather, ReduceScatter, Broadcast), written once for
-// nvcc (device_coll.cu) and g++ (the CPU unit test
-// tests/unit/test_device_coll_logic.cc runs the same step functions with one
-// std::thread per rank).
+// nvcc (device_coll.cu) and g++ (the CPU unit tests
+// tests/unit/test_device_coll_logic.cc and test_device_coll_kinds.cc run the
+// same step functions with one std::thread per rank).
 //
 // Memory: every rank owns a scratch region that all ranks of the node map
 // (same pointer for threads of one process, CUDA IPC for processes). It holds

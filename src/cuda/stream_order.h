@@ -1,5 +1,5 @@
 // The driver-free logic of Tide's stream-ordered device path
-// (core/device_stream.cc): the completion-word protocol, the issue-order
+// (core/device/device_stream.cc): the completion-word protocol, the issue-order
 // queue the communicator's proxy thread pops, the re-armable fan-in of a job
 // that spans several CUDA streams, the pinned slot pool and the chunk
 // schedule of a pipelined All-Reduce. Header-only, no CUDA types, so the unit

@@ -241,7 +241,7 @@ TEST(NetGdr, ExecutorPostsDeviceMemoryTyped) {
   EXPECT_EQ(r1.error().code(), tideInternalError) << r1.error().message();
 }
 
-// The planner (core/device_stream_gdr.cc) asks the point-to-point connection
+// The planner (core/device/device_stream_gdr.cc) asks the point-to-point connection
 // of each op's peer; a group's batch on one communicator is direct only as a
 // whole. (isDev is what cuda::isDevicePointer said; here it is given.)
 TEST(NetGdr, PlannerAsksEachPeersConnection) {

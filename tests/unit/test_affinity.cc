@@ -1,4 +1,4 @@
-// TIDE_PIN (core/affinity.h): which CPU a rank's process is pinned to, and
+// TIDE_PIN (core/comm/affinity.h): which CPU a rank's process is pinned to, and
 // every case where it must be left alone. Each case runs in a forked child:
 // pinning changes the process and happens at most once per process.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// TIDE_CHECK fingerprint comparison (core/check.h): which field is named and
+// TIDE_CHECK fingerprint comparison (core/exec/check.h): which field is named and
 // how ranks are grouped by value; operation tags and the net adapter's use of
 // them (a different op tag gives a different net tag for every chunk).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// GPUDirect RDMA planning (core/device_stream_gdr.h): which Send / Recv ops
+// GPUDirect RDMA planning (core/device/device_stream_gdr.h): which Send / Recv ops
 // on a CUDA stream post their device buffer directly, per op and per batch.
 #include <gtest/gtest.h>
 

@@ -87,7 +87,7 @@ Status interfaceAddress(int family, SockAddr* addr);
 Status startBootstrapRootOn(Socket listener, const UniqueIdData& id);
 
 // Bootstrap protocol version, carried in every frame header
-// (core/bootstrap_frame.h). 2: typed frames; 1: fixed structs, no header.
+// (core/boot/bootstrap_frame.h). 2: typed frames; 1: fixed structs, no header.
 constexpr uint16_t kBootVersion = 2;
 
 }  // namespace tide

@@ -2,7 +2,7 @@
 //
 // How survivors meet without contacting excluded (possibly dead) ranks: every
 // rank keeps its bootstrap listening socket and the root's address table from
-// init (core/bootstrap.h). The lowest surviving rank (the leader) turns its
+// init (core/boot/bootstrap.h). The lowest surviving rank (the leader) turns its
 // listener into a fresh bootstrap root; the others connect to the leader's
 // address from the table, prove the job secret, and the usual init runs among
 // the survivors only. Nothing else is exchanged beforehand, so it works after

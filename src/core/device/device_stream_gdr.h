@@ -1,4 +1,4 @@
-// GPUDirect RDMA planning for operations on CUDA streams (core/device_stream.cc):
+// GPUDirect RDMA planning for operations on CUDA streams (core/device/device_stream.cc):
 // which Send / Recv ops post their device buffer straight to the peer's
 // connection instead of staging it through a pinned host slot. Pure functions
 // of their inputs (no driver, no communicator), unit-tested on the CPU
@@ -19,7 +19,7 @@ namespace devstream {
 // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), i.e. when tideNetDmaBufFd can work.
 // Probes the CUDA driver only on hosts with the NVIDIA kernel driver
 // (/dev/nvidiactl) or when Tide already did; cached. For nets deciding
-// whether to advertise TIDE_NET_PTR_DMABUF (core/device_stream_gdr.cc).
+// whether to advertise TIDE_NET_PTR_DMABUF (core/device/device_stream_gdr.cc).
 bool dmaBufExportSupported();
 }  // namespace devstream
 }  // namespace tide

@@ -1,6 +1,7 @@
 // Per-communicator state of the CUDA-stream path, shared by
-// core/device/device_stream.cc (pinned staging, proxy thread) and
-// core/device/device_engine.cc (the device All-Reduce engine). Internal to the core.
+// core/device/device_stream.cc (pinned staging), core/device/device_stream_proxy.cc (the
+// callbacks, the proxy thread and the state table) and core/device/device_engine.cc
+// (the device All-Reduce engine). Internal to the core.
 #pragma once
 
 #include <atomic>
@@ -103,16 +104,25 @@ struct CommState {
 CommState* stateOf(tideComm* comm);
 // The state of `comm` if it has one, else null. Thread-safe.
 CommState* findState(tideComm* comm);
+// Removes the state of `comm` from the table (teardown); null if none.
+std::unique_ptr<CommState> takeState(tideComm* comm);
 // Open device All-Reduce engines of the process (0: nothing to poll).
 extern std::atomic<int> gEngines;
 
-// GPUDirect RDMA plan of `ops` (core/device_stream_gdr.cc): (*direct)[i] when
+// GPUDirect RDMA plan of `ops` (core/device/device_stream_gdr.cc): (*direct)[i] when
 // op i posts its device buffer straight to its peer's connection; `isDev[i]`:
 // whether op i's Send/Recv buffer is device memory; `canFlush`: whether the
 // driver can flush GPUDirect RDMA writes (cuda::canFlushRdmaWrites; receives
 // stage without it). Logs the TIDE_NET_GDR=1 warnings. Thread-safe.
 void planGdr(const std::vector<OpDesc>& ops, const std::vector<bool>& isDev, bool canFlush,
              std::vector<bool>* direct);
+
+// The host functions an entry's streams run (CUDA's callback thread: no CUDA
+// calls, never waits), `arg` the Entry: postFn arms the word, and the last
+// stream to arrive posts the entry to the proxy; releaseFn, on the last
+// stream done with it, frees its slot and the entry.
+void postFn(void* arg);
+void releaseFn(void* arg);
 
 // A driver call's failure as a Status naming `what`.
 Status driverError(const char* what, int rc);
@@ -122,7 +132,7 @@ Status driverError(const char* what, int rc);
 // callbacks release their word themselves.
 void drain(CommState* st);
 
-// The engine part of teardown (core/device_engine.cc): collective close
+// The engine part of teardown (core/device/device_engine.cc): collective close
 // (bounded; after an abort the device-side waits give up first), then the
 // pinned stages of host-buffer calls are freed. No-op without an engine.
 void closeEngine(CommState* st);

@@ -334,7 +334,7 @@ void executeJob(Job& job) {
     Status sticky = comm->stickyError();
     if (!sticky.ok()) result = sticky;
   }
-  if (result.ok()) result = checkJob(job);  // TIDE_CHECK=1 (core/check.h); not sticky
+  if (result.ok()) result = checkJob(job);  // TIDE_CHECK=1 (core/exec/check.h); not sticky
   if (result.ok()) {
     result = runOps(job);
     if (!result.ok()) {

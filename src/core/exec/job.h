@@ -4,7 +4,8 @@
 // that stream's queue, so all earlier work of the stream is done) and the
 // issuing thread when one of its ops uses the NULL stream; the last to arrive
 // runs it and the others wait for it to be done. The CUDA-stream path
-// (core/device_stream.cc) runs it on whoever claims it first.
+// (core/device/device_stream.cc, core/device/device_stream_proxy.cc) runs it on whoever
+// claims it first.
 #pragma once
 
 #include <atomic>

@@ -1,7 +1,7 @@
 // Host streams: a worker thread per stream runs its jobs in order, so the
 // caller's thread is free to compute while communication progresses. The
 // registry of live host streams tells them apart from CUDA streams passed as
-// tideStream_t (core/device_stream.h).
+// tideStream_t (core/device/device_stream.h).
 #include <sched.h>
 
 #include <atomic>

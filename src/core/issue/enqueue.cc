@@ -144,7 +144,7 @@ Status submit(std::vector<OpDesc>& ops) {
   // The streams get the job under the issue lock, so their order agrees
   // with the tickets (one global order: no two streams wait on each other).
   // It runs once it is at the front of each of its streams and, with a
-  // NULL-stream op, this thread has arrived too (core/job.h).
+  // NULL-stream op, this thread has arrived too (core/exec/job.h).
   job->parties = static_cast<int>(streams.size()) + (anyNull ? 1 : 0);
   takeTickets(*job, [&] {
     for (tideStream* s : streams) streamEnqueue(s, job);

@@ -30,7 +30,7 @@ Status groupEnd();
 
 }  // namespace tide
 
-// Host stream (core/stream.cc).
+// Host stream (core/exec/stream.cc).
 tide::Status tideStreamCreateImpl(tideStream** out);
 tide::Status tideStreamSynchronizeImpl(tideStream* s);
 tide::Status tideStreamQueryImpl(tideStream* s);

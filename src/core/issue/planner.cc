@@ -1,4 +1,4 @@
-// The planner (core/planner.h): routes and the algorithm table's choice.
+// The planner (core/issue/planner.h): routes and the algorithm table's choice.
 #include "core/issue/planner.h"
 
 #include <strings.h>
