@@ -139,5 +139,10 @@ Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking,
 // recorded on c for tideCommGetAsyncError, its message prefixed by `fn`).
 Status startInit(tideComm* c, const UniqueIdData& id, int nranks, int rank, bool blocking,
                  const char* fn, tideComm** out);
+// A split's or shrink's new communicator of `parent` (its config, or the
+// parent's settings when `config` is NULL; TIDE_ALGO's choices copied), then
+// startInit.
+Status startChild(tideComm* parent, const tideConfig_t* config, const UniqueIdData& id, int nranks,
+                  int rank, const char* fn, tideComm** out);
 
 }  // namespace tide

@@ -295,6 +295,22 @@ Status applyConfig(tideComm* comm, const tideConfig_t* config, bool* blocking,
   return Status::Ok();
 }
 
+Status startChild(tideComm* parent, const tideConfig_t* config, const UniqueIdData& id, int nranks,
+                  int rank, const char* fn, tideComm** out) {
+  *out = nullptr;
+  auto* c = new tideComm();
+  bool blocking = true;
+  Status s = applyConfig(c, config, &blocking, parent);
+  if (!s.ok()) {
+    delete c;
+    return s;
+  }
+  c->algo = parent->algo;
+  s = startInit(c, id, nranks, rank, blocking, fn, out);
+  setLogRank(parent->rank);
+  return s;
+}
+
 Status startInit(tideComm* c, const UniqueIdData& id, int nranks, int rank, bool blocking,
                  const char* fn, tideComm** out) {
   *out = nullptr;
@@ -358,18 +374,8 @@ Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
       static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
   UniqueIdData nid;
   TIDE_TRY(decodeUniqueId(ids[members.front()], &nid));
-  auto* c = new tideComm();
-  bool blocking = true;
-  Status s = applyConfig(c, config, &blocking, comm);
-  if (!s.ok()) {
-    delete c;
-    return s;
-  }
-  c->algo = comm->algo;
-  s = startInit(c, nid, static_cast<int>(members.size()), newRank, blocking, "tideCommSplit",
-                newcomm);
-  setLogRank(comm->rank);
-  return s;
+  return startChild(comm, config, nid, static_cast<int>(members.size()), newRank, "tideCommSplit",
+                    newcomm);
 }
 
 }  // namespace tide

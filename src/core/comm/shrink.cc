@@ -99,18 +99,8 @@ Status shrinkCommunicator(tideComm* comm, const int* excludeRanks, int nExclude,
   TIDE_INFO("shrink of comm %08x: rank %d becomes %d of %zu (leader: old rank %d)",
             static_cast<unsigned>(comm->commHash), comm->rank, newRank, survivors.size(), leader);
 
-  auto* c = new tideComm();
-  bool blocking = true;
-  Status s = applyConfig(c, config, &blocking, comm);
-  if (!s.ok()) {
-    delete c;
-    return s;
-  }
-  c->algo = comm->algo;
-  const int n = static_cast<int>(survivors.size());
-  s = startInit(c, nid, n, newRank, blocking, "tideCommShrink", newcomm);
-  setLogRank(comm->rank);
-  return s;
+  return startChild(comm, config, nid, static_cast<int>(survivors.size()), newRank,
+                    "tideCommShrink", newcomm);
 }
 
 }  // namespace tide

@@ -267,9 +267,10 @@ Status runOps(Job& job) {
 
 // Recycled jobs: a job whose only owner is the pool is free (nobody else
 // can gain a reference to it), so it can be cleared and handed out again.
-constexpr size_t kJobPoolSize = 32;
+constexpr size_t kJobPoolSize = 1024;  // launches in flight before jobs are allocated
 std::mutex gJobPoolMu;
 std::vector<std::shared_ptr<Job>> gJobPool;
+size_t gJobPoolNext = 0;  // where the search starts: jobs finish roughly in order
 
 void clearJob(Job& j) {
   j.ops.clear();
@@ -304,8 +305,11 @@ void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
 std::shared_ptr<Job> newJob() {
   {
     std::lock_guard<std::mutex> lock(gJobPoolMu);
-    for (std::shared_ptr<Job>& p : gJobPool) {
+    const size_t n = gJobPool.size();
+    for (size_t k = 0; k < n && k < 64; ++k) {  // a bounded look: O(1) per launch
+      std::shared_ptr<Job>& p = gJobPool[(gJobPoolNext + k) % n];
       if (p.use_count() == 1) {
+        gJobPoolNext = (gJobPoolNext + k + 1) % n;
         clearJob(*p);
         return p;
       }
