@@ -167,15 +167,26 @@ ncclResult_t runCall(const Call& c, cudaStream_t stream, shim::Staging::Plan pla
   if (r != ncclSuccess) return r;
   const bool preMul = red != nullptr && red->preMul;
   if (rt.local && !preMul) {
-    switch (c.local) {
-      case Call::Local::kSend:
-        return localSendRecv(c.comm, c.what, true, const_cast<void*>(c.send), c.bytes, stream);
-      case Call::Local::kRecv:
-        return localSendRecv(c.comm, c.what, false, c.recv, c.bytes, stream);
-      case Call::Local::kCopy:
-        break;
+    // Inside a group it runs at the outermost ncclGroupEnd, in issue order
+    // with the group's other operations (as NCCL does), not at call time.
+    const Call call = c;
+    shim::Deferred local = [call, stream]() -> ncclResult_t {
+      switch (call.local) {
+        case Call::Local::kSend:
+          return localSendRecv(call.comm, call.what, true, const_cast<void*>(call.send), call.bytes,
+                               stream);
+        case Call::Local::kRecv:
+          return localSendRecv(call.comm, call.what, false, call.recv, call.bytes, stream);
+        case Call::Local::kCopy:
+          break;
+      }
+      return localCopy(call.comm, call.what, call.recv, call.send, call.bytes, stream);
+    };
+    if (shim::inGroup()) {
+      shim::deferOp(std::move(local), static_cast<double>(c.bytes));
+      return ncclSuccess;
     }
-    return localCopy(c.comm, c.what, c.recv, c.send, c.bytes, stream);
+    return local();
   }
   // Staged synchronously (shim/staging.h): a PreMulSum, which scales on the
   // host, and the NULL stream (the legacy default stream: ranks as threads

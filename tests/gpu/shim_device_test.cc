@@ -372,12 +372,44 @@ void checkAll(Rank& R) {
   }
 }
 
+// One rank, device buffers, inside a group: the local copy runs at
+// ncclGroupEnd (issue 16), so it reads what the input holds then, not at the
+// call (a synchronous write in between decides which).
+void checkGroupDefersLocalCopy(Rank& R) {
+  if (R.n != 1) return;
+  const size_t c = 256, bytes = c * sizeof(float);
+  CuDevPtr in = 0, out = 0;
+  if (cu.memAlloc(&in, bytes) != 0 || cu.memAlloc(&out, bytes) != 0) {
+    ++R.failures;
+    return;
+  }
+  std::vector<float> v1(c, 1.f), v2(c, 2.f), got(c, 0.f);
+  cu.htod(in, v1.data(), bytes);
+  ncclGroupStart();
+  ncclAllReduce(reinterpret_cast<void*>(in), reinterpret_cast<void*>(out), c, ncclFloat32, ncclSum,
+                R.comm, nullptr);
+  cu.htod(in, v2.data(), bytes);  // after the call, before the group ends
+  if (R.ok(ncclGroupEnd(), "group of one local All-Reduce")) {
+    cu.dtoh(got.data(), out, bytes);
+    if (got[0] != 2.f || got[c - 1] != 2.f) {
+      printf(
+          "rank 0: the one-rank device All-Reduce inside a group ran at call time "
+          "(%g, want 2)\n",
+          got[0]);
+      ++R.failures;
+    }
+  }
+  cu.memFree(in);
+  cu.memFree(out);
+}
+
 int runRank(int rank, int n, const ncclUniqueId& id) {
   Rank R{rank, n};
   if (cu.ctxSetCurrent(cu.ctx) != 0) return 1;
   snprintf(R.where, sizeof(R.where), "init");
   if (!R.ok(ncclCommInitRank(&R.comm, n, id, rank), "ncclCommInitRank")) return 1;
   checkAll(R);
+  checkGroupDefersLocalCopy(R);
   ncclCommDestroy(R.comm);
   return R.failures == 0 ? 0 : 1;
 }
