@@ -92,6 +92,14 @@ struct tideComm {
   std::atomic<int> initState{tideInProgress};  // tideSuccess once usable, or an error
   std::thread initThread;                      // non-blocking init
 
+  // Communicators a blocking split or shrink of this one is creating right
+  // now: tideCommAbort of this one aborts them too, so a creation stuck in
+  // the new communicator's bootstrap (a member that never joins, no
+  // timeout) returns. Guarded by childMu; entries live while listed.
+  std::mutex childMu;
+  std::vector<tideComm*> creating;
+  bool abortCalled = false;  // tideCommAbort ran (not a shrink's TIDE_SHRINK_ABORT); childMu
+
   std::mutex errMu;
   tide::Status asyncError;  // sticky communication error
   std::string lastError;    // detail of the last failing call on this comm

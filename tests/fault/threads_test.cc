@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -376,6 +377,60 @@ TEST(Threads, HostStreamFailureReachesLastError) {
   EXPECT_NE(last.find("1 s"), std::string::npos) << "last error: '" << last << "'";
   EXPECT_EQ(tideStreamDestroy(st), tideSuccess);
   for (tideComm_t x : c) EXPECT_EQ(tideCommDestroy(x), tideSuccess);
+}
+
+// Issue 16, item 6: with no timeout (timeoutSeconds = 0), tideCommAbort of the
+// parent unblocks a split stuck in the new communicator's bootstrap (here
+// rank 1's config is refused after the colors were exchanged, so it never
+// joins). Before: rank 0's split waited forever and the abort with it.
+TEST(Threads, AbortOfParentUnblocksStuckSplit) {
+  const int n = 2;
+  tideUniqueId id;
+  ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
+  std::vector<tideComm_t> c(n, nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = 0;  // no no-progress timeout: only the abort can end a wait
+      EXPECT_EQ(tideCommInitRankConfig(&c[r], n, id, r, &cfg), tideSuccess);
+    });
+  }
+  for (auto& t : ts) t.join();
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  std::atomic<int> splitDone{0};
+  tideResult_t rc0 = tideSuccess, rc1 = tideSuccess;
+  tideComm_t n0 = nullptr, n1 = nullptr;
+  std::thread r0([&] {
+    rc0 = tideCommSplit(c[0], 0, 0, &n0, nullptr);
+    splitDone.store(1);
+  });
+  std::thread r1([&] {
+    tideConfig_t bad = TIDE_CONFIG_INITIALIZER;
+    bad.magic = 0;  // refused after the exchange: this rank never joins the new bootstrap
+    rc1 = tideCommSplit(c[1], 0, 1, &n1, &bad);
+  });
+  r1.join();
+  EXPECT_EQ(rc1, tideInvalidArgument);
+  SleepMs(300);
+  EXPECT_EQ(splitDone.load(), 0) << "rank 0's split should wait for rank 1";
+  const auto t0 = Clock::now();
+  std::thread aborter([&] { EXPECT_EQ(tideCommAbort(c[0]), tideSuccess); });
+  while (splitDone.load() == 0 && SecondsSince(t0) < 20) SleepMs(10);
+  if (splitDone.load() == 0) {
+    ADD_FAILURE() << "tideCommAbort of the parent did not unblock the split within 20 s";
+    fflush(stdout);
+    std::_Exit(1);  // the stuck threads can be neither joined nor killed
+  }
+  r0.join();
+  aborter.join();
+  const double took = SecondsSince(t0);
+  printf("split returned %.2f s after the parent's abort: %s\n", took, tideGetErrorString(rc0));
+  EXPECT_LT(took, 2.0) << "the split ended by a timeout, not by the abort";
+  EXPECT_NE(rc0, tideSuccess);
+  EXPECT_EQ(n0, nullptr);
+  EXPECT_EQ(tideCommAbort(c[1]), tideSuccess);
 }
 
 TEST(Threads, ShrinkArguments) {

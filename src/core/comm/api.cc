@@ -235,6 +235,12 @@ TIDE_API tideResult_t tideCommAbort(tideComm_t comm) {
     if (comm == nullptr) return Status::Ok();
     comm->abortFlag.store(true);
     comm->bell->ring();
+    {
+      // A blocking split or shrink of it may be stuck creating a child.
+      std::lock_guard<std::mutex> lock(comm->childMu);
+      comm->abortCalled = true;
+      for (tideComm* child : comm->creating) child->abortFlag.store(true);
+    }
     freeComm(comm);
     return Status::Ok();
   });

@@ -306,9 +306,38 @@ Status startChild(tideComm* parent, const tideConfig_t* config, const UniqueIdDa
     return s;
   }
   c->algo = parent->algo;
-  s = startInit(c, id, nranks, rank, blocking, fn, out);
+  if (!blocking) {
+    s = startInit(c, id, nranks, rank, false, fn, out);
+    setLogRank(parent->rank);
+    return s;
+  }
+  // Blocking: listed as being created, so that an abort of the parent
+  // reaches the new communicator's bootstrap (whatever the timeout).
+  {
+    std::lock_guard<std::mutex> lock(parent->childMu);
+    parent->creating.push_back(c);
+    if (parent->abortCalled) c->abortFlag.store(true);
+  }
+  s = initCommunicator(c, id, nranks, rank);
+  bool aborted;
+  {
+    std::lock_guard<std::mutex> lock(parent->childMu);
+    parent->creating.erase(std::find(parent->creating.begin(), parent->creating.end(), c));
+    aborted = parent->abortCalled;
+  }
   setLogRank(parent->rank);
-  return s;
+  if (!s.ok()) {
+    if (aborted) {
+      s = remoteError("%s: the parent communicator was aborted while this one was created (%s)", fn,
+                      s.message().c_str());
+    }
+    teardownCommunicator(c);
+    delete c;
+    return s;
+  }
+  c->initState = tideSuccess;
+  *out = c;
+  return Status::Ok();
 }
 
 Status startInit(tideComm* c, const UniqueIdData& id, int nranks, int rank, bool blocking,
