@@ -265,12 +265,14 @@ Status runOps(Job& job) {
   return s;
 }
 
-// Recycled jobs: a job whose only owner is the pool is free (nobody else
-// can gain a reference to it), so it can be cleared and handed out again.
-constexpr size_t kJobPoolSize = 1024;  // launches in flight before jobs are allocated
+// Recycled jobs. The shared_ptr handed out returns its Job to the pool when
+// the last owner lets go (its deleter takes the pool's lock, so everything
+// that owner did with the job happens before the next newJob() reuses it).
+// Only the small control block is allocated per launch; the Job, its mutex,
+// condition variable and vectors' capacity are kept.
+constexpr size_t kJobPoolMax = 256;  // free jobs kept; more are freed
 std::mutex gJobPoolMu;
-std::vector<std::shared_ptr<Job>> gJobPool;
-size_t gJobPoolNext = 0;  // where the search starts: jobs finish roughly in order
+std::vector<Job*>* gJobPool = new std::vector<Job*>();  // never destroyed: used at exit
 
 void clearJob(Job& j) {
   j.ops.clear();
@@ -282,10 +284,19 @@ void clearJob(Job& j) {
   j.parties = 1;
 }
 
-}  // namespace
+void returnJob(Job* j) {
+  {
+    std::lock_guard<std::mutex> lock(gJobPoolMu);
+    if (gJobPool->size() < kJobPoolMax) {
+      gJobPool->push_back(j);
+      return;
+    }
+  }
+  delete j;
+}
 
-namespace {
 std::mutex gIssueMu;  // ticket assignment and stream queueing happen atomically
+
 }  // namespace
 
 void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
@@ -303,23 +314,20 @@ void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
 }
 
 std::shared_ptr<Job> newJob() {
+  Job* j = nullptr;
   {
     std::lock_guard<std::mutex> lock(gJobPoolMu);
-    const size_t n = gJobPool.size();
-    for (size_t k = 0; k < n && k < 64; ++k) {  // a bounded look: O(1) per launch
-      std::shared_ptr<Job>& p = gJobPool[(gJobPoolNext + k) % n];
-      if (p.use_count() == 1) {
-        gJobPoolNext = (gJobPoolNext + k + 1) % n;
-        clearJob(*p);
-        return p;
-      }
-    }
-    if (gJobPool.size() < kJobPoolSize) {
-      gJobPool.push_back(std::make_shared<Job>());
-      return gJobPool.back();
+    if (!gJobPool->empty()) {
+      j = gJobPool->back();
+      gJobPool->pop_back();
     }
   }
-  return std::make_shared<Job>();  // more launches in flight than the pool holds
+  if (j == nullptr) {
+    j = new Job();
+  } else {
+    clearJob(*j);
+  }
+  return std::shared_ptr<Job>(j, &returnJob);
 }
 
 void executeJob(Job& job) {
