@@ -45,8 +45,7 @@ void combineInRankOrder(ExecCtx& ctx, char* out, const char* own, char* all, int
   auto part = [&](int r) -> const void* {
     return r == me ? static_cast<const void*>(own) : all + static_cast<size_t>(r) * bytes;
   };
-  ctx.reduce(out, part(0), part(1), count);
-  for (int r = 2; r < n; ++r) ctx.reduce(out, out, part(r), count);
+  reduceInRankOrder(ctx.args().reduce, out, n, count, part);
 }
 
 // ---- All-Reduce ----------------------------------------------------------------

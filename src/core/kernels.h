@@ -33,4 +33,14 @@ struct KernelTable {
   void (*copy)(void* dst, const void* src, size_t bytes);
 };
 
+// out = in(0) OP in(1) OP ... OP in(n-1), left to right: the rank-order
+// combine of every one-step path (the oneshot algorithm, the small-collective
+// lane), so that every rank and every route stores the same bits. `in(r)` is
+// rank r's operand (a pointer); n >= 2; `out` may alias in(0) only.
+template <class In>
+void reduceInRankOrder(ReduceFn reduce, void* out, int n, size_t count, In in) {
+  reduce(out, in(0), in(1), count);
+  for (int r = 2; r < n; ++r) reduce(out, out, in(r), count);
+}
+
 }  // namespace tide

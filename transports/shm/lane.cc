@@ -315,8 +315,8 @@ void ShmLane::compute(const LaneOp& op, uint64_t call) const {
     case CollType::ReduceScatter: {
       if (a.type == CollType::Reduce && rank_ != a.root) return;
       const size_t off = a.type == CollType::ReduceScatter ? bytes * rank_ : 0;
-      a.reduce(out, slot(0, call)->data() + off, slot(1, call)->data() + off, a.count);
-      for (int r = 2; r < nranks_; ++r) a.reduce(out, out, slot(r, call)->data() + off, a.count);
+      reduceInRankOrder(a.reduce, out, nranks_, a.count,
+                        [&](int r) -> const void* { return slot(r, call)->data() + off; });
       if (op.postDiv != 0) kernels_->divide(out, out, a.count, a.dtype, op.postDiv);
       return;
     }
