@@ -14,7 +14,7 @@ mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -I.
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -pthread)
 core=(src/core/boot/bootstrap.cc src/core/boot/bootstrap_frame.cc src/core/boot/bootstrap_root.cc
-      src/core/auth.cc src/core/socket.cc
+      src/core/auth.cc src/core/socket.cc src/core/if_addrs.cc src/core/if_filter.cc
       src/core/config.cc src/core/log.cc src/core/status.cc)
 targets=(boot_frame boot_hello unique_id)
 for t in "${targets[@]}"; do
