@@ -333,20 +333,17 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
     return opTagOf(comm->collCount++, static_cast<int>(type), n, dtype, reduces(type) ? op : -1,
                    (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
   };
+  // Every rank plans the same route, so sequence numbers and tags (one per
+  // collective; one per chunk of a chunked one, below) stay in step.
+  d.seq = comm->opCount++;
+  if (d.route != Route::kP2p && d.route != Route::kHostStagedChunks) d.tag = tagOf(count);
   if (d.route == Route::kDevice) {
     // The device engine, unless its creation failed on some rank (then every
     // rank plans the staged route instead).
-    d.seq = comm->opCount++;
-    d.tag = tagOf(count);
     bool used = false;
     Status s = submitDeviceEngine(d, &used);
     if (used || !s.ok()) return s;
     TIDE_TRY(planRoute(&d, !grouped, /*allowDevice=*/false));
-  } else if (d.route != Route::kP2p) {
-    d.seq = comm->opCount++;
-    if (d.route != Route::kHostStagedChunks) d.tag = tagOf(count);
-  } else {
-    d.seq = comm->opCount++;
   }
   switch (d.route) {
     case Route::kHostStagedChunks: {
