@@ -28,15 +28,20 @@ double SecondsSince(Clock::time_point t) {
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-// Initialises n communicators of one job, one per thread (blocking init).
-bool InitAll(int n, std::vector<tideComm_t>* comms) {
+// Initialises n communicators of one job, one per thread (blocking init),
+// with the given no-progress timeout (TIDE_CONFIG_UNDEF_INT: TIDE_TIMEOUT's).
+bool InitAll(int n, std::vector<tideComm_t>* comms, int timeoutSeconds = TIDE_CONFIG_UNDEF_INT) {
   tideUniqueId id;
   if (tideGetUniqueId(&id) != tideSuccess) return false;
   comms->assign(n, nullptr);
   std::vector<tideResult_t> rc(n, tideInternalError);
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] { rc[r] = tideCommInitRank(&(*comms)[r], n, id, r); });
+    ts.emplace_back([&, r] {
+      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = timeoutSeconds;
+      rc[r] = tideCommInitRankConfig(&(*comms)[r], n, id, r, &cfg);
+    });
   for (auto& t : ts) t.join();
   for (int r = 0; r < n; ++r) {
     if (rc[r] != tideSuccess) {
@@ -350,21 +355,8 @@ TEST(Threads, SelfSendSizeMismatchIsNotSticky) {
 // tideGetLastError(comm) names that failure. Before: empty (only the log had
 // the detail).
 TEST(Threads, HostStreamFailureReachesLastError) {
-  const int n = 2;
-  tideUniqueId id;
-  ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
-  std::vector<tideComm_t> c(n, nullptr);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
-      cfg.timeoutSeconds = 1;
-      EXPECT_EQ(tideCommInitRankConfig(&c[r], n, id, r, &cfg), tideSuccess);
-    });
-  }
-  for (auto& t : ts) t.join();
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<tideComm_t> c;
+  ASSERT_TRUE(InitAll(2, &c, 1));
   tideStream_t st = nullptr;
   ASSERT_EQ(tideStreamCreate(&st), tideSuccess);
   std::vector<float> in(1000, 1.f), out(1000, 0.f);
@@ -384,21 +376,9 @@ TEST(Threads, HostStreamFailureReachesLastError) {
 // rank 1's config is refused after the colors were exchanged, so it never
 // joins). Before: rank 0's split waited forever and the abort with it.
 TEST(Threads, AbortOfParentUnblocksStuckSplit) {
-  const int n = 2;
-  tideUniqueId id;
-  ASSERT_EQ(tideGetUniqueId(&id), tideSuccess);
-  std::vector<tideComm_t> c(n, nullptr);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      tideConfig_t cfg = TIDE_CONFIG_INITIALIZER;
-      cfg.timeoutSeconds = 0;  // no no-progress timeout: only the abort can end a wait
-      EXPECT_EQ(tideCommInitRankConfig(&c[r], n, id, r, &cfg), tideSuccess);
-    });
-  }
-  for (auto& t : ts) t.join();
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  // No no-progress timeout: only the abort can end a wait.
+  std::vector<tideComm_t> c;
+  ASSERT_TRUE(InitAll(2, &c, 0));
   std::atomic<int> splitDone{0};
   tideResult_t rc0 = tideSuccess, rc1 = tideSuccess;
   tideComm_t n0 = nullptr, n1 = nullptr;
