@@ -29,15 +29,27 @@ void factsOf(const CommTopo& t, PathType* slowest, int* perGpu) {
   cuda::deviceTopoFacts(t, ranks, slowest, perGpu);
 }
 
+// A prediction no modelled row beats: the row does not serve this size.
+constexpr double kNotThisRow = 1e30;
+
 template <cuda::DeviceAlgo A>
 double predictAllReduce(const CollArgs& a, const CommTopo& t, size_t /*chunkBytes*/) {
   PathType slowest;
   int perGpu;
   factsOf(t, &slowest, &perGpu);
-  // Scratch mode (the input copied in first): ranks in separate processes,
-  // the usual case; the engine refines this with what it agreed at creation.
-  return cuda::predictDeviceAllReduceUs(A, a.count * a.elemSize, std::max(t.nranks, 1), slowest,
-                                        perGpu, /*copyIn=*/true);
+  const uint64_t bytes = a.count * a.elemSize;
+  // TIDE_P2P_ONESHOT_MAX (the smallest of the ranks'): one-shot up to it,
+  // two-shot above; the ring still wins where the model says it is cheaper.
+  if (t.deviceOneShotMax != ~uint64_t{0}) {
+    const bool small = bytes <= t.deviceOneShotMax;
+    if ((A == cuda::DeviceAlgo::kOneShot && !small) || (A == cuda::DeviceAlgo::kTwoShot && small)) {
+      return kNotThisRow;
+    }
+  }
+  // Ranks as threads of one process read each other's buffers directly
+  // (direct mode); in separate processes the input is copied into scratch.
+  return cuda::predictDeviceAllReduceUs(A, bytes, std::max(t.nranks, 1), slowest, perGpu,
+                                        /*copyIn=*/!t.sameProcess);
 }
 
 // One step: every rank copies its input into scratch and reads every peer's

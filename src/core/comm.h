@@ -32,6 +32,15 @@ namespace tide {
 // communicator includes it (the owning pointer needs the whole type there).
 class Bootstrap;
 
+namespace devstream {
+// The communicator's CUDA-stream state (core/device/device_stream_state.h):
+// made on its first device call, stopped and freed at teardown.
+struct CommState;
+struct CommStateDeleter {
+  void operator()(CommState* st) const;  // core/device/device_stream_proxy.cc
+};
+}  // namespace devstream
+
 // Per-collective algorithm/protocol choices parsed from TIDE_ALGO/TIDE_PROTO.
 struct AlgoChoice {
   const AlgorithmInfo* forced[static_cast<int>(CollType::kCount)] = {};        // host rows
@@ -120,6 +129,10 @@ struct tideComm {
   // API calls and queued jobs currently using the communicator; abort waits
   // for it to drop to zero before freeing anything.
   std::atomic<int> users{0};
+  // Device (CUDA-stream) state, or null until the first device call
+  // (core/device/device_stream_proxy.cc stateOf/takeState). Guarded by deviceMu.
+  std::mutex deviceMu;
+  std::unique_ptr<tide::devstream::CommState, tide::devstream::CommStateDeleter> device;
 
   // Records a communication error (first one sticks).
   void setAsyncError(const tide::Status& s);

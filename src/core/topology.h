@@ -64,6 +64,13 @@ struct CommTopo {
   // (Trees are pure rank arithmetic over nodeRanks: algorithms/patterns.)
   std::vector<std::vector<int>> rings;
   std::string text;  // multi-line description for TIDE_DEBUG=INFO
+  // Facts of the device rows' cost model (algorithms/device/), the same on
+  // every rank: all ranks are threads of one process (the device engine's
+  // direct mode: no copy-in), and the smallest TIDE_P2P_ONESHOT_MAX of the
+  // ranks (~0: unset; one-shot up to it, two-shot above, unless the ring is
+  // cheaper).
+  bool sameProcess = false;
+  uint64_t deviceOneShotMax = ~uint64_t{0};
 
   bool sameNode(int a, int b) const { return nodeOf[a] == nodeOf[b]; }
   bool singleNode() const { return nnodes == 1; }

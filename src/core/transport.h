@@ -122,7 +122,10 @@ struct PeerInfo {
   int pid = 0;
   uint64_t hostHash = 0;  // hash of the node identity (host name + netns, or TIDE_HOSTID)
   char host[64] = {};     // printable node identity, for logs
-  uint8_t reserved[56] = {};
+  // TIDE_P2P_ONESHOT_MAX of this rank, or ~0 when unset: the planner's
+  // device rows use the smallest (CommTopo::deviceOneShotMax).
+  uint64_t deviceOneShotMax = ~uint64_t{0};
+  uint8_t reserved[48] = {};
 };
 
 // Collective services available while connections are being built. Every

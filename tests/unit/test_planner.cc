@@ -12,6 +12,7 @@
 #include "core/comm.h"
 #include "core/issue/planner.h"
 #include "core/registry.h"
+#include "cuda/device_algo_choice.h"
 
 namespace tide {
 namespace {
@@ -111,6 +112,46 @@ TEST(Planner, HostRoutes) {
   EXPECT_EQ(d.algo, nullptr);
   EXPECT_FALSE(d.chained());
   EXPECT_STREQ(routeName(Route::kLane), "lane");
+}
+
+// The planner's device rows pick the kernel the engine's model would, from
+// the facts every rank shares (CommTopo::sameProcess: direct mode, no
+// copy-in; CommTopo::deviceOneShotMax: TIDE_P2P_ONESHOT_MAX), so the engine
+// runs the planner's row as it is.
+TEST(Planner, DeviceRowsFollowTheSharedFacts) {
+  unsetenv("TIDE_ALGO");
+  unsetenv("TIDE_DEVICE_ALGO");
+  uint64_t hash = 0x5eed0000;
+  for (int n : {2, 4, 8}) {
+    for (bool sameProcess : {false, true}) {
+      FakeComm f(n);
+      f.c.commHash = ++hash;  // a fresh entry in the planner's choice cache
+      f.c.topo.sameProcess = sameProcess;
+      parseAlgoChoice(&f.c);
+      PathType slowest;
+      int perGpu;
+      std::vector<int> ranks(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) ranks[r] = r;
+      cuda::deviceTopoFacts(f.c.topo, ranks, &slowest, &perGpu);
+      for (size_t count = 1; count <= (size_t{1} << 26); count *= 4) {
+        const AlgorithmInfo* d = chooseAlgorithm(AllReduce(count, MemType::Device), &f.c);
+        ASSERT_NE(d, nullptr);
+        const cuda::DeviceAlgo want =
+            cuda::chooseDeviceAllReduce(count * 4, n, slowest, perGpu, /*copyIn=*/!sameProcess);
+        EXPECT_EQ(d->deviceKernel, static_cast<int>(want))
+            << d->name << " n=" << n << " count=" << count << " sameProcess=" << sameProcess;
+      }
+    }
+  }
+  // TIDE_P2P_ONESHOT_MAX (the smallest of the ranks'): one-shot up to it,
+  // two-shot above, unless the ring is cheaper.
+  FakeComm f(4);
+  f.c.commHash = ++hash;
+  f.c.topo.deviceOneShotMax = 4096;
+  parseAlgoChoice(&f.c);
+  EXPECT_STREQ(chooseAlgorithm(AllReduce(1024, MemType::Device), &f.c)->name, "dev_oneshot");
+  const char* above = chooseAlgorithm(AllReduce(1025, MemType::Device), &f.c)->name;
+  EXPECT_TRUE(strcmp(above, "dev_twoshot") == 0 || strcmp(above, "dev_ring") == 0) << above;
 }
 
 }  // namespace

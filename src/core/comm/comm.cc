@@ -100,13 +100,35 @@ Status localPeerInfo(int rank, PeerInfo* info) {
     identity = knobIsSet(Knob::HostId) ? knobString(Knob::HostId) : host;
   }
   info->hostHash = hash64(identity.data(), identity.size());
+  if (knobIsSet(Knob::P2pOneShotMax)) info->deviceOneShotMax = knobSize(Knob::P2pOneShotMax);
   snprintf(info->host, sizeof(info->host), "%s", identity.c_str());
   return Status::Ok();
 }
 
+// The facts of CommTopo every rank derives from the peers alike.
+void setSharedFacts(tideComm* comm) {
+  CommTopo& t = comm->topo;
+  t.sameProcess = true;
+  t.deviceOneShotMax = ~uint64_t{0};
+  for (const PeerInfo& p : comm->peers) {
+    t.sameProcess = t.sameProcess && p.pid == comm->peers[0].pid &&
+                    p.hostHash == comm->peers[0].hostHash;
+    t.deviceOneShotMax = std::min(t.deviceOneShotMax, p.deviceOneShotMax);
+  }
+}
+
+Status buildTopologyFrom(tideComm* comm, const PeerInfo& me);
+
+// Builds comm->topo (buildTopologyFrom) and its shared facts.
+Status buildTopology(tideComm* comm, const PeerInfo& me) {
+  Status s = buildTopologyFrom(comm, me);
+  setSharedFacts(comm);
+  return s;
+}
+
 // All-gathers the provider's node descriptions (variable length: sizes
 // first) and builds comm->topo; falls back to the identity-only default.
-Status buildTopology(tideComm* comm, const PeerInfo& me) {
+Status buildTopologyFrom(tideComm* comm, const PeerInfo& me) {
   const TopologyProvider* topo = topologyProvider();
   defaultCommTopo(comm->peers, comm->rank, &comm->topo);
   if (topo == nullptr || topo->describeLocal == nullptr || topo->build == nullptr)

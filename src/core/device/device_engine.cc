@@ -227,38 +227,26 @@ bool onDevice(const CollArgs& a, int rank) {
   return (!sendRead || cuda::isDevicePointer(a.sendbuff)) && cuda::isDevicePointer(a.recvbuff);
 }
 
-// The engine path of any kind (see submitDeviceAllReduce).
-Status submitEngine(const OpDesc& op, bool avg, bool* used) {
-  *used = false;
+// The engine path of any kind (see submitDeviceEngine).
+Status submitEngine(const OpDesc& op, bool avg) {
   tideComm* comm = op.comm;
   const CollArgs& a = op.args;
   CommState* st = stateOf(comm);
-  EngineState state;
-  {
-    std::lock_guard<std::mutex> lock(st->engineMu);
-    state = st->engineState;
-  }
-  if (state == EngineState::kUntried) {
-    Status s = createEngine(st);
-    if (!s.ok()) {
-      comm->setAsyncError(s);
-      return s;
-    }
-  }
   std::lock_guard<std::mutex> lock(st->engineMu);
-  if (st->engineState != EngineState::kReady) return Status::Ok();
-  *used = true;
+  if (st->engineState != EngineState::kReady) {
+    return internalError("%s routed to a device engine the communicator does not have",
+                         collName(a.type));
+  }
   if (const unsigned bit = 1u << static_cast<unsigned>(a.type); (st->loggedKinds & bit) == 0) {
     st->loggedKinds |= bit;
     TIDE_INFO("device engine: comm %08x rank %d: %s runs on the engine path",
               static_cast<unsigned>(comm->commHash), comm->rank, collName(a.type));
   }
-  // The planner's row (algorithms/device/): a kernel TIDE_ALGO forced, else
-  // the engine picks by size with the same model and its agreed facts.
-  const cuda::DeviceAlgo algo =
-      op.algoForced && op.algo != nullptr && op.algo->mem == MemType::Device
-          ? static_cast<cuda::DeviceAlgo>(op.algo->deviceKernel)
-          : cuda::DeviceAlgo::kAuto;
+  // The planner's row (algorithms/device/): its kernel for All-Reduce (the
+  // single-kernel rows of the other collectives name none).
+  const cuda::DeviceAlgo algo = op.algo != nullptr && op.algo->mem == MemType::Device
+                                    ? static_cast<cuda::DeviceAlgo>(op.algo->deviceKernel)
+                                    : cuda::DeviceAlgo::kAuto;
   Status s;
   std::string why;
   const auto stream = reinterpret_cast<CuStream>(op.stream);
@@ -287,14 +275,34 @@ bool deviceEngineEligible(const tideComm* comm) {
          comm->bootstrap != nullptr;
 }
 
-Status submitDeviceEngine(const OpDesc& op, bool* used) {
+Status deviceEngineReady(tideComm* comm, bool* ready) {
+  *ready = false;
+  CommState* st = stateOf(comm);
+  EngineState state;
+  {
+    std::lock_guard<std::mutex> lock(st->engineMu);
+    state = st->engineState;
+  }
+  if (state == EngineState::kUntried) {
+    Status s = createEngine(st);
+    if (!s.ok()) {
+      comm->setAsyncError(s);
+      return s;
+    }
+    std::lock_guard<std::mutex> lock(st->engineMu);
+    state = st->engineState;
+  }
+  *ready = state == EngineState::kReady;
+  return Status::Ok();
+}
+
+Status submitDeviceEngine(const OpDesc& op) {
   const CollType t = op.args.type;
   if (t != CollType::AllReduce && t != CollType::AllGather && t != CollType::ReduceScatter &&
       t != CollType::Broadcast) {
-    *used = false;
-    return Status::Ok();
+    return internalError("%s routed to the device engine", collName(t));
   }
-  return submitEngine(op, op.avg, used);
+  return submitEngine(op, op.avg);
 }
 
 Status deviceEngineError(tideComm* comm) {

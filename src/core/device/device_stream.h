@@ -33,16 +33,20 @@ Status submitDevicePipelined(std::vector<OpDesc>& chunks, size_t window);
 // Device engine path (cuda/device_coll.h) of a lone All-Reduce, AllGather,
 // ReduceScatter or Broadcast on a CUDA stream (route Route::kDevice, chosen
 // by the planner), for communicators whose ranks are all on one node (at
-// most 8 ranks). The decision depends only on the call and on what every rank
-// knows alike. On first use the engine is created inside the communicator's
-// issue order (a ticket, then the bootstrap allGather on this thread); a
-// failed creation on any rank is agreed on by all ranks, and from then on
-// the communicator takes the staged path (*used = false, Ok). Otherwise the
-// engine's kernels are enqueued on op.stream (capturable, no host wait) and
-// *used = true. With op.avg, op.args.op is Sum and the result is divided by
-// the rank count on the device. Blocking only during the first call.
+// most 8 ranks): deviceEngineEligible. The decision depends only on the call
+// and on what every rank knows alike.
 bool deviceEngineEligible(const tideComm* comm);
-Status submitDeviceEngine(const OpDesc& op, bool* used);
+// Whether the engine serves `comm` (*ready). On first use the engine is
+// created inside the communicator's issue order (a ticket, then the
+// bootstrap allGather on this thread); a failed creation on any rank is
+// agreed on by all ranks (*ready = false everywhere, Ok): the planner then
+// takes the staged route. An error only when the bootstrap itself failed
+// (sticky). Blocking only on first use.
+Status deviceEngineReady(tideComm* comm, bool* ready);
+// Enqueues the kernel of op.algo (a device row) on op.stream (capturable,
+// no host wait). With op.avg, op.args.op is Sum and the result is divided by
+// the rank count on the device. The engine must be ready.
+Status submitDeviceEngine(const OpDesc& op);
 
 // Closes the device All-Reduce engine (collective over the bootstrap,
 // bounded; after tideCommAbort its device-side waits are aborted first),

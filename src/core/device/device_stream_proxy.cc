@@ -5,7 +5,6 @@
 // the host algorithms and releases the word (no CUDA calls either).
 #include <atomic>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,12 +24,7 @@ namespace devstream {
 
 std::atomic<int> gEngines{0};
 
-namespace {
-
-std::mutex gStatesMu;
-std::map<tideComm*, std::unique_ptr<CommState>> gStates;
-
-}  // namespace
+void CommStateDeleter::operator()(CommState* st) const { delete st; }
 
 // ---- Callbacks (CUDA's callback thread: no CUDA calls, never waits) ----------
 
@@ -155,20 +149,18 @@ void proxyLoop(CommState* st) {
 }  // namespace
 
 CommState* stateOf(tideComm* comm) {
-  std::lock_guard<std::mutex> lock(gStatesMu);
-  auto& p = gStates[comm];
-  if (!p) {
-    p = std::make_unique<CommState>();
-    p->comm = comm;
-    p->proxy = std::thread(proxyLoop, p.get());
+  std::lock_guard<std::mutex> lock(comm->deviceMu);
+  if (!comm->device) {
+    comm->device.reset(new CommState());
+    comm->device->comm = comm;
+    comm->device->proxy = std::thread(proxyLoop, comm->device.get());
   }
-  return p.get();
+  return comm->device.get();
 }
 
 CommState* findState(tideComm* comm) {
-  std::lock_guard<std::mutex> lock(gStatesMu);
-  auto it = gStates.find(comm);
-  return it == gStates.end() ? nullptr : it->second.get();
+  std::lock_guard<std::mutex> lock(comm->deviceMu);
+  return comm->device.get();
 }
 
 Status driverError(const char* what, int rc) {
@@ -177,12 +169,8 @@ Status driverError(const char* what, int rc) {
 }
 
 std::unique_ptr<CommState> takeState(tideComm* comm) {
-  std::lock_guard<std::mutex> lock(gStatesMu);
-  auto it = gStates.find(comm);
-  if (it == gStates.end()) return nullptr;
-  std::unique_ptr<CommState> st = std::move(it->second);
-  gStates.erase(it);
-  return st;
+  std::lock_guard<std::mutex> lock(comm->deviceMu);
+  return std::unique_ptr<CommState>(comm->device.release());
 }
 
 }  // namespace devstream

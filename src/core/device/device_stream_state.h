@@ -104,7 +104,7 @@ struct CommState {
 CommState* stateOf(tideComm* comm);
 // The state of `comm` if it has one, else null. Thread-safe.
 CommState* findState(tideComm* comm);
-// Removes the state of `comm` from the table (teardown); null if none.
+// Takes the state of `comm` out of the communicator (teardown); null if none.
 std::unique_ptr<CommState> takeState(tideComm* comm);
 // Open device All-Reduce engines of the process (0: nothing to poll).
 extern std::atomic<int> gEngines;

@@ -337,14 +337,7 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
   // collective; one per chunk of a chunked one, below) stay in step.
   d.seq = comm->opCount++;
   if (d.route != Route::kP2p && d.route != Route::kHostStagedChunks) d.tag = tagOf(count);
-  if (d.route == Route::kDevice) {
-    // The device engine, unless its creation failed on some rank (then every
-    // rank plans the staged route instead).
-    bool used = false;
-    Status s = submitDeviceEngine(d, &used);
-    if (used || !s.ok()) return s;
-    TIDE_TRY(planRoute(&d, !grouped, /*allowDevice=*/false));
-  }
+  if (d.route == Route::kDevice) return submitDeviceEngine(d);
   switch (d.route) {
     case Route::kHostStagedChunks: {
       static const size_t chunkBytes = knobSize(Knob::CudaStageChunk);
@@ -424,12 +417,7 @@ Status groupEnd() {
     // it. Its sequence number and tag were taken at issue.
     OpDesc& only = ops[0];
     TIDE_TRY(planRoute(&only, /*alone=*/true));
-    if (only.route == Route::kDevice) {
-      bool used = false;
-      Status s = submitDeviceEngine(only, &used);
-      if (used || !s.ok()) return s;
-      TIDE_TRY(planRoute(&only, /*alone=*/true, /*allowDevice=*/false));
-    }
+    if (only.route == Route::kDevice) return submitDeviceEngine(only);
     if (only.route == Route::kHostStagedChunks) only.route = Route::kHostStaged;
   }
   Status s = submit(ops);

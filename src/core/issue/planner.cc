@@ -196,7 +196,7 @@ const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm,
   return useForced ? forced : cachedAutoAlgo(args, comm);
 }
 
-Status planRoute(OpDesc* op, bool alone, bool allowDevice) {
+Status planRoute(OpDesc* op, bool alone) {
   const CollArgs& a = op->args;
   tideComm* comm = op->comm;
   op->algo = nullptr;
@@ -211,14 +211,21 @@ Status planRoute(OpDesc* op, bool alone, bool allowDevice) {
     // rank; a failure anywhere sends them all down the staged route).
     const bool engineColl = a.type == CollType::AllReduce || a.type == CollType::AllGather ||
                             a.type == CollType::ReduceScatter || a.type == CollType::Broadcast;
-    if (allowDevice && alone && engineColl && deviceEngineEligible(comm)) {
-      // A device row of the table (algorithms/device/): TIDE_ALGO's, or the
-      // cost model's (the engine then refines by its agreed facts).
-      CollArgs dev = a;
-      dev.mem = MemType::Device;
-      op->route = Route::kDevice;
-      op->algo = chooseAlgorithm(dev, comm, &op->algoForced);
-      return Status::Ok();
+    if (alone && engineColl && deviceEngineEligible(comm)) {
+      // The device engine, unless its creation (on first use, agreed by
+      // every rank) failed somewhere: then every rank takes the staged route.
+      bool ready = false;
+      TIDE_TRY(deviceEngineReady(comm, &ready));
+      if (ready) {
+        // A device row of the table (algorithms/device/): TIDE_ALGO's, or
+        // the cost model's; the engine runs the kernel of that row.
+        CollArgs dev = a;
+        dev.mem = MemType::Device;
+        op->route = Route::kDevice;
+        op->algo = chooseAlgorithm(dev, comm, &op->algoForced);
+        if (op->algo == nullptr) return internalError("no device row implements %s", collName(a.type));
+        return Status::Ok();
+      }
     }
     // A large staged All-Reduce is pipelined in chunks; the schedule depends
     // only on the call and the knob.

@@ -29,10 +29,12 @@ struct tideComm;
 namespace tide {
 
 // Sets op->route and op->algo. `alone`: the operation is launched by itself
-// (not inside a group of several). `allowDevice`: false once the device
-// engine declined the operation (its agreed fallback), so the staged route
-// is planned instead. An error only when no row of the table implements it.
-Status planRoute(OpDesc* op, bool alone, bool allowDevice = true);
+// (not inside a group of several). The first lone device call of a one-node
+// communicator creates its device engine (collective, in issue order; see
+// deviceEngineReady): where that failed on any rank, every rank plans the
+// staged route. An error when no row of the table implements the call or
+// the engine's creation broke the bootstrap.
+Status planRoute(OpDesc* op, bool alone);
 
 // The table row that runs `args` on `comm`, among the rows of args.mem's
 // kind (host or device): TIDE_ALGO's forced row where it supports the call,
