@@ -38,6 +38,7 @@ double predictAllReduce(const CollArgs& a, const CommTopo& t, size_t /*chunkByte
   int perGpu;
   factsOf(t, &slowest, &perGpu);
   const uint64_t bytes = a.count * a.elemSize;
+  if (t.nranks <= 1 && A != cuda::DeviceAlgo::kOneShot) return kNotThisRow;  // one rank: a copy
   // TIDE_P2P_ONESHOT_MAX (the smallest of the ranks'): one-shot up to it,
   // two-shot above; the ring still wins where the model says it is cheaper.
   if (t.deviceOneShotMax != ~uint64_t{0}) {

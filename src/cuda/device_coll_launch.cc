@@ -20,9 +20,13 @@ int DeviceAllReduce::blocksFor(size_t bytes) const {
 }
 
 DeviceAlgo DeviceAllReduce::pick(size_t bytes, DeviceAlgo algo) const {
-  if (algo != DeviceAlgo::kAuto) return algo;
-  const DeviceAlgo a = pickDeviceAllReduce(forced_, bytes, nranks_, facts_);
-  if (a == DeviceAlgo::kRing && !deviceRingKernelsBuilt()) return DeviceAlgo::kTwoShot;
+  const DeviceAlgo a =
+      algo != DeviceAlgo::kAuto ? algo : pickDeviceAllReduce(forced_, bytes, nranks_, facts_);
+  // No ring region (ring kernels not built, or TIDE_DEVICE_ALGO forced
+  // another kernel at creation; equal on every rank): two-shot instead.
+  if (nranks_ <= 1) return DeviceAlgo::kOneShot;  // a copy, whatever was asked
+  if (a == DeviceAlgo::kRing && (!deviceRingKernelsBuilt() || ring_ == 0))
+    return DeviceAlgo::kTwoShot;
   return a;
 }
 

@@ -122,7 +122,7 @@ TEST(Planner, DeviceRowsFollowTheSharedFacts) {
   unsetenv("TIDE_ALGO");
   unsetenv("TIDE_DEVICE_ALGO");
   uint64_t hash = 0x5eed0000;
-  for (int n : {2, 4, 8}) {
+  for (int n : {1, 2, 4, 8}) {
     for (bool sameProcess : {false, true}) {
       FakeComm f(n);
       f.c.commHash = ++hash;  // a fresh entry in the planner's choice cache

@@ -111,8 +111,8 @@ void setSharedFacts(tideComm* comm) {
   t.sameProcess = true;
   t.deviceOneShotMax = ~uint64_t{0};
   for (const PeerInfo& p : comm->peers) {
-    t.sameProcess = t.sameProcess && p.pid == comm->peers[0].pid &&
-                    p.hostHash == comm->peers[0].hostHash;
+    t.sameProcess =
+        t.sameProcess && p.pid == comm->peers[0].pid && p.hostHash == comm->peers[0].hostHash;
     t.deviceOneShotMax = std::min(t.deviceOneShotMax, p.deviceOneShotMax);
   }
 }

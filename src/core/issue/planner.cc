@@ -223,7 +223,8 @@ Status planRoute(OpDesc* op, bool alone) {
         dev.mem = MemType::Device;
         op->route = Route::kDevice;
         op->algo = chooseAlgorithm(dev, comm, &op->algoForced);
-        if (op->algo == nullptr) return internalError("no device row implements %s", collName(a.type));
+        if (op->algo == nullptr)
+          return internalError("no device row implements %s", collName(a.type));
         return Status::Ok();
       }
     }
