@@ -79,6 +79,30 @@ void BM_StreamAllReduce(benchmark::State& state) {
 }
 BENCHMARK(BM_StreamAllReduce)->Threads(2)->UseRealTime();
 
+// Like all_reduce_perf -z 0: a batch of calls queued on the host stream, then
+// one synchronize; time per call. Against BM_LaneAllReduce this is the cost
+// of the hand-off to the stream's worker thread.
+void BM_StreamAllReduceBatch(benchmark::State& state) {
+  const int me = state.thread_index();
+  const int batch = static_cast<int>(state.range(0));
+  float in[2] = {1, 2}, out[2];
+  for (auto _ : state) {
+    for (int i = 0; i < batch; ++i) {
+      if (tideAllReduce(in, out, 2, tideFloat32, tideSum, gPair[me], gStreams[me]) != tideSuccess) {
+        state.SkipWithError("stream All-Reduce failed");
+        break;
+      }
+    }
+    if (tideStreamSynchronize(gStreams[me]) != tideSuccess) {
+      state.SkipWithError("stream synchronize failed");
+      break;
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+BENCHMARK(BM_StreamAllReduceBatch)->Arg(50)->Threads(2)->UseRealTime();
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -116,10 +117,13 @@ struct tideComm {
   // Issue-order execution (see enqueue.cc).
   std::mutex execMu;
   std::condition_variable execCv;
-  uint64_t nextTicket = 0;
-  uint64_t doneTicket = 0;
-  uint64_t opCount = 0;    // sequence numbers for error messages
-  uint64_t collCount = 0;  // collectives issued: the sequence number in op tags
+  uint64_t nextTicket = 0;  // execMu
+  // Every ticket below it is done. Read without the lock; advanced by
+  // finishTicket, which takes execMu only when a thread waits on execCv.
+  std::atomic<uint64_t> doneTicket{0};
+  std::atomic<int> ticketWaiters{0};  // threads in a doneTicket wait on execCv
+  uint64_t opCount = 0;               // sequence numbers for error messages
+  uint64_t collCount = 0;             // collectives issued: the sequence number in op tags
   // Tag of the operation being executed per channel (see SetupContext::opTag);
   // written and read only by the thread executing this communicator's work.
   uint32_t opTag[tide::kNumChannels] = {};
@@ -133,6 +137,16 @@ struct tideComm {
   // (core/device/device_stream_proxy.cc stateOf/takeState). Guarded by deviceMu.
   std::mutex deviceMu;
   std::unique_ptr<tide::devstream::CommState, tide::devstream::CommStateDeleter> device;
+
+  // Marks `ticket` done (doneTicket = max(doneTicket, ticket + 1)) and wakes
+  // the threads waiting for it. Thread-safe; locks only when one waits.
+  void finishTicket(uint64_t ticket);
+  // Waits (execMu held in `lock`) until doneTicket > ticket - 1, the abort
+  // flag is set or `deadline` passes (time_point::max(): no deadline). True
+  // when it had to wait at all.
+  bool waitTicket(std::unique_lock<std::mutex>& lock, uint64_t ticket,
+                  std::chrono::steady_clock::time_point deadline =
+                      std::chrono::steady_clock::time_point::max());
 
   // Records a communication error (first one sticks).
   void setAsyncError(const tide::Status& s);

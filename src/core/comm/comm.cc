@@ -430,3 +430,27 @@ Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
 }
 
 }  // namespace tide
+
+void tideComm::finishTicket(uint64_t ticket) {
+  uint64_t cur = doneTicket.load();
+  while (cur < ticket + 1 && !doneTicket.compare_exchange_weak(cur, ticket + 1)) {
+  }
+  // Pairs with waitTicket: a waiter counts itself before it reads doneTicket,
+  // so it either sees the new value or is seen here (both seq_cst).
+  if (ticketWaiters.load() > 0) {
+    { std::lock_guard<std::mutex> lock(execMu); }
+    execCv.notify_all();
+  }
+}
+
+bool tideComm::waitTicket(std::unique_lock<std::mutex>& lock, uint64_t ticket,
+                          std::chrono::steady_clock::time_point deadline) {
+  if (doneTicket.load() >= ticket || abortFlag.load()) return false;
+  ticketWaiters.fetch_add(1);
+  while (doneTicket.load() < ticket && !abortFlag.load() &&
+         std::chrono::steady_clock::now() < deadline) {
+    execCv.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  ticketWaiters.fetch_sub(1);
+  return true;
+}

@@ -64,11 +64,11 @@ Status shrinkCommunicator(tideComm* comm, const int* excludeRanks, int nExclude,
     comm->conns.assign(comm->conns.size(), nullptr);
   } else {
     std::lock_guard<std::mutex> lock(comm->execMu);
-    if (comm->doneTicket < comm->nextTicket)
+    if (comm->doneTicket.load() < comm->nextTicket)
       return invalidUsage(
           "communicator has %llu pending operation(s); wait for them or pass "
           "TIDE_SHRINK_ABORT",
-          static_cast<unsigned long long>(comm->nextTicket - comm->doneTicket));
+          static_cast<unsigned long long>(comm->nextTicket - comm->doneTicket.load()));
   }
   std::vector<bool> excluded(static_cast<size_t>(comm->nranks), false);
   for (int i = 0; i < nExclude; ++i) excluded[excludeRanks[i]] = true;

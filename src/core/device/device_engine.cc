@@ -45,16 +45,15 @@ Status withTicket(tideComm* comm, const std::function<Status()>& fn) {
     std::unique_lock<std::mutex> lock(comm->execMu);
     ticket = comm->nextTicket++;
     const double limit = comm->timeoutSec > 0 ? comm->timeoutSec : 300;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
-    while (comm->doneTicket < ticket && !comm->abortFlag.load()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        s = timeoutError(
-            "device all-reduce engine of comm %08x rank %d: earlier operations did not finish "
-            "within %.0f s (TIDE_TIMEOUT)",
-            static_cast<unsigned>(comm->commHash), comm->rank, limit);
-        break;
-      }
-      comm->execCv.wait_for(lock, std::chrono::milliseconds(100));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(limit));
+    comm->waitTicket(lock, ticket, deadline);
+    if (comm->doneTicket.load() < ticket && !comm->abortFlag.load()) {
+      s = timeoutError(
+          "device all-reduce engine of comm %08x rank %d: earlier operations did not finish "
+          "within %.0f s (TIDE_TIMEOUT)",
+          static_cast<unsigned>(comm->commHash), comm->rank, limit);
     }
   }
   if (s.ok() && comm->abortFlag.load()) {
@@ -62,11 +61,7 @@ Status withTicket(tideComm* comm, const std::function<Status()>& fn) {
   }
   if (s.ok()) s = comm->stickyError();
   if (s.ok()) s = fn();
-  {
-    std::lock_guard<std::mutex> lock(comm->execMu);
-    comm->doneTicket = std::max(comm->doneTicket, ticket + 1);
-  }
-  comm->execCv.notify_all();
+  comm->finishTicket(ticket);
   return s;
 }
 

@@ -265,12 +265,13 @@ Status runOps(Job& job) {
   return s;
 }
 
-// Recycled jobs. The shared_ptr handed out returns its Job to the pool when
-// the last owner lets go (its deleter takes the pool's lock, so everything
-// that owner did with the job happens before the next newJob() reuses it).
-// Only the small control block is allocated per launch; the Job, its mutex,
-// condition variable and vectors' capacity are kept.
-constexpr size_t kJobPoolMax = 256;  // free jobs kept; more are freed
+// Recycled jobs. The shared_ptr handed out keeps its control block inside
+// the Job (JobAlloc) and returns the Job to the pool when that block is
+// freed, after the last owner let go (the pool's lock orders everything that
+// owner did before the next newJob() reuses it). The Job, its mutex,
+// condition variable and vectors' capacity are kept: nothing is allocated
+// per launch in steady state.
+constexpr size_t kJobPoolMax = 1024;  // free jobs kept; more are freed
 std::mutex gJobPoolMu;
 std::vector<Job*>* gJobPool = new std::vector<Job*>();  // never destroyed: used at exit
 
@@ -284,7 +285,27 @@ void clearJob(Job& j) {
   j.parties = 1;
 }
 
-void returnJob(Job* j) {
+// Each thread keeps a few free jobs of its own and trades them with the
+// shared pool kMoveJobs at a time: the issuing thread takes jobs and a
+// stream's worker returns them, one pool lock per kMoveJobs launches.
+constexpr size_t kMoveJobs = 16;
+constexpr size_t kLocalJobsMax = 2 * kMoveJobs;
+
+// Moves up to `n` jobs from the back of `from` to `to`; frees what the
+// shared pool has no room for (gJobPoolMu held).
+void moveJobs(std::vector<Job*>& from, std::vector<Job*>& to, size_t n, size_t toMax) {
+  for (size_t k = 0; k < n && !from.empty(); ++k) {
+    Job* j = from.back();
+    from.pop_back();
+    if (to.size() < toMax) {
+      to.push_back(j);
+    } else {
+      delete j;
+    }
+  }
+}
+
+void returnJobShared(Job* j) {
   {
     std::lock_guard<std::mutex> lock(gJobPoolMu);
     if (gJobPool->size() < kJobPoolMax) {
@@ -294,6 +315,94 @@ void returnJob(Job* j) {
   }
   delete j;
 }
+
+struct LocalJobs {
+  std::vector<Job*> free;
+  LocalJobs();
+  ~LocalJobs();
+};
+// 0: not made on this thread yet, 1: alive, 2: destroyed (thread exit).
+// Trivially destructible, so it is readable while the thread exits.
+thread_local int tLocalJobsState = 0;
+thread_local LocalJobs tLocalJobs;
+LocalJobs::LocalJobs() {
+  free.reserve(kLocalJobsMax);
+  tLocalJobsState = 1;
+}
+LocalJobs::~LocalJobs() {
+  tLocalJobsState = 2;
+  std::lock_guard<std::mutex> lock(gJobPoolMu);
+  moveJobs(free, *gJobPool, free.size(), kJobPoolMax);
+}
+
+// This thread's cache, or null once the thread is exiting.
+std::vector<Job*>* localJobs() {
+  if (tLocalJobsState == 0) (void)tLocalJobs.free.size();  // makes it
+  return tLocalJobsState == 1 ? &tLocalJobs.free : nullptr;
+}
+
+void returnJob(Job* j) {
+  std::vector<Job*>* mine = localJobs();
+  if (mine == nullptr) return returnJobShared(j);
+  if (mine->size() >= kLocalJobsMax) {
+    std::lock_guard<std::mutex> lock(gJobPoolMu);
+    moveJobs(*mine, *gJobPool, kMoveJobs, kJobPoolMax);
+  }
+  mine->push_back(j);
+}
+
+// A free job from this thread's cache, refilled from the shared pool; null
+// when both are empty.
+Job* takeFreeJob() {
+  std::vector<Job*>* mine = localJobs();
+  if (mine == nullptr || mine->empty()) {
+    std::lock_guard<std::mutex> lock(gJobPoolMu);
+    if (mine == nullptr) {
+      if (gJobPool->empty()) return nullptr;
+      Job* j = gJobPool->back();
+      gJobPool->pop_back();
+      return j;
+    }
+    moveJobs(*gJobPool, *mine, kMoveJobs, kLocalJobsMax);
+    if (mine->empty()) return nullptr;
+  }
+  Job* j = mine->back();
+  mine->pop_back();
+  return j;
+}
+
+void keepJob(Job* /*j*/) {}  // the shared_ptr's deleter: JobAlloc returns the job
+
+// Places the shared_ptr's control block in Job::controlBlock; freeing it
+// (the last step of the shared_ptr's release) returns the Job to the pool.
+template <class T>
+struct JobAlloc {
+  using value_type = T;
+  Job* job;
+  explicit JobAlloc(Job* j) : job(j) {}
+  template <class U>
+  explicit JobAlloc(const JobAlloc<U>& other) : job(other.job) {}
+  T* allocate(size_t n) {
+    if (n == 1 && sizeof(T) <= sizeof(job->controlBlock) &&
+        alignof(T) <= alignof(std::max_align_t)) {
+      return reinterpret_cast<T*>(job->controlBlock);
+    }
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t /*n*/) {
+    if (reinterpret_cast<unsigned char*>(p) == job->controlBlock) {
+      returnJob(job);
+    } else {
+      ::operator delete(p);
+    }
+  }
+  template <class U>
+  bool operator==(const JobAlloc<U>& other) const {
+    return job == other.job;
+  }
+};
+
+std::shared_ptr<Job> wrapJob(Job* j) { return std::shared_ptr<Job>(j, &keepJob, JobAlloc<Job>(j)); }
 
 std::mutex gIssueMu;  // ticket assignment and stream queueing happen atomically
 
@@ -313,30 +422,38 @@ void takeTickets(Job& job, const std::function<void()>& alsoLocked) {
   if (alsoLocked) alsoLocked();
 }
 
-std::shared_ptr<Job> newJob() {
-  Job* j = nullptr;
+void reserveJobs(size_t n) {
+  size_t missing;
   {
     std::lock_guard<std::mutex> lock(gJobPoolMu);
-    if (!gJobPool->empty()) {
-      j = gJobPool->back();
-      gJobPool->pop_back();
-    }
+    missing = std::min(n, kJobPoolMax);
+    missing = missing > gJobPool->size() ? missing - gJobPool->size() : 0;
   }
+  for (size_t i = 0; i < missing; ++i) {
+    auto* j = new Job();
+    j->ops.reserve(1);
+    j->tickets.reserve(1);
+    returnJobShared(j);
+  }
+}
+
+std::shared_ptr<Job> newJob() {
+  Job* j = takeFreeJob();
   if (j == nullptr) {
     j = new Job();
   } else {
     clearJob(*j);
   }
-  return std::shared_ptr<Job>(j, &returnJob);
+  return wrapJob(j);
 }
 
 void executeJob(Job& job) {
   Status result;
   // Issue order: wait until every earlier job of each communicator is done.
   for (auto& [comm, ticket] : job.tickets) {
-    std::unique_lock<std::mutex> lock(comm->execMu);
-    while (comm->doneTicket < ticket && !comm->abortFlag.load()) {
-      comm->execCv.wait_for(lock, std::chrono::milliseconds(100));
+    if (comm->doneTicket.load() < ticket) {
+      std::unique_lock<std::mutex> lock(comm->execMu);
+      comm->waitTicket(lock, ticket);
     }
     if (comm->abortFlag.load() && result.ok())
       result = remoteError("communicator %08x was aborted", static_cast<unsigned>(comm->commHash));
@@ -372,13 +489,7 @@ void executeJob(Job& job) {
       comm->lastError = std::move(msg);
     }
   }
-  for (auto& [comm, ticket] : job.tickets) {
-    {
-      std::lock_guard<std::mutex> lock(comm->execMu);
-      comm->doneTicket = std::max(comm->doneTicket, ticket + 1);
-    }
-    comm->execCv.notify_all();
-  }
+  for (auto& [comm, ticket] : job.tickets) comm->finishTicket(ticket);
   // The job may be freed as soon as it is marked done: copy the
   // communicators first (inline for the usual few).
   tideComm* few[8];

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,8 @@ struct Job {
   std::condition_variable cv;
   bool done = false;
   Status result;
+  // Storage for the control block of newJob()'s shared_ptr (core/exec/job.cc).
+  alignas(std::max_align_t) unsigned char controlBlock[64];
 
   bool claim() { return !claimed.exchange(true); }
   // Host streams: `parties` is set before the job is queued anywhere.
@@ -47,6 +50,9 @@ struct Job {
 // state: a training loop or a benchmark issues the same shapes again and
 // again). Thread-safe.
 std::shared_ptr<Job> newJob();
+// Fills the pool up to `n` free jobs (at most its cap), so that a stream's
+// first launches do not allocate. Thread-safe.
+void reserveJobs(size_t n);
 
 // Runs the job on the calling thread: waits for its tickets, executes every
 // operation, records errors (sticky on the communicators), advances the

@@ -2,16 +2,19 @@
 // caller's thread is free to compute while communication progresses. The
 // registry of live host streams tells them apart from CUDA streams passed as
 // tideStream_t (core/device/device_stream.h).
+#include <pthread.h>
 #include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "core/exec/job.h"
 #include "core/log.h"
@@ -58,8 +61,11 @@ bool waitBriefly(Pred done) {
 }
 
 void workerLoop(tideStream* s) {
+  pthread_setname_np(pthread_self(), "tide-stream");  // for top, perf and gdb
+  // The jobs queued so far, taken in one go: one lock per batch, not two
+  // per job, so the issuing thread rarely finds the queue's lock held.
+  std::vector<std::shared_ptr<Job>> batch;
   for (;;) {
-    std::shared_ptr<Job> job;
     waitBriefly([&] {
       return s->enqueuedA.load(std::memory_order_acquire) !=
              s->completedA.load(std::memory_order_relaxed);
@@ -70,25 +76,32 @@ void workerLoop(tideStream* s) {
       s->cv.wait(lock, [&] { return s->stop || !s->queue.empty(); });
       s->workerIdle = false;
       if (s->queue.empty()) return;  // stop requested and drained
-      job = s->queue.front();
+      batch.assign(std::make_move_iterator(s->queue.begin()),
+                   std::make_move_iterator(s->queue.end()));
+      s->queue.clear();
     }
-    // At the front of this stream: every earlier job of it is done.
-    if (job->arrive()) {
-      executeJob(*job);
-    } else {
-      job->waitDone();
+    Status firstError;
+    for (std::shared_ptr<Job>& job : batch) {
+      // Every earlier job of this stream is done.
+      if (job->arrive()) {
+        executeJob(*job);
+      } else {
+        job->waitDone();
+      }
+      if (!job->result.ok() && firstError.ok()) firstError = job->result;
+      job.reset();  // back to the pool
+      s->completedA.fetch_add(1, std::memory_order_release);
     }
     bool wake;
     {
       std::lock_guard<std::mutex> lock(s->mu);
-      s->queue.pop_front();
-      ++s->completed;
-      s->completedA.store(s->completed, std::memory_order_release);
-      if (!job->result.ok() && s->firstError.ok()) s->firstError = job->result;
+      s->completed += batch.size();
+      if (!firstError.ok() && s->firstError.ok()) s->firstError = firstError;
       // Waking a synchronizing thread per job would steal the CPU from the
       // ranks doing the work: wake it only when the stream drains.
       wake = s->syncWaiters > 0 && s->completed == s->enqueued;
     }
+    batch.clear();
     if (wake) s->idleCv.notify_all();
   }
 }
@@ -115,6 +128,9 @@ void streamEnqueue(tideStream* stream, std::shared_ptr<Job> job) {
 }  // namespace tide
 
 tide::Status tideStreamCreateImpl(tideStream** out) {
+  // Jobs for the first launches of a stream (a benchmark's or a training
+  // step's worth queued at once) made here, not on the per-call path.
+  tide::reserveJobs(128);
   auto* s = new tideStream();
   s->worker = std::thread(tide::workerLoop, s);
   {
@@ -126,10 +142,17 @@ tide::Status tideStreamCreateImpl(tideStream** out) {
 }
 
 tide::Status tideStreamSynchronizeImpl(tideStream* s) {
-  tide::waitBriefly([&] {
-    return s->completedA.load(std::memory_order_acquire) ==
-           s->enqueuedA.load(std::memory_order_relaxed);
-  });
+  // A brief wait only for the last job or two: with more queued the wait is
+  // long, and a yielding thread would take the CPU from the ranks doing the
+  // work (with more ranks than cores, every yield is a context switch).
+  const uint64_t queued =
+      s->enqueuedA.load(std::memory_order_relaxed) - s->completedA.load(std::memory_order_relaxed);
+  if (queued <= 2) {
+    tide::waitBriefly([&] {
+      return s->completedA.load(std::memory_order_acquire) ==
+             s->enqueuedA.load(std::memory_order_relaxed);
+    });
+  }
   std::unique_lock<std::mutex> lock(s->mu);
   ++s->syncWaiters;
   s->idleCv.wait(lock, [&] { return s->completed == s->enqueued; });

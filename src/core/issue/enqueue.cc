@@ -187,10 +187,7 @@ Status runOnLane(tideComm* comm, Lane* lane, const OpDesc& d) {
   {
     std::unique_lock<std::mutex> lock(comm->execMu);
     ticket = comm->nextTicket++;
-    while (comm->doneTicket < ticket && !comm->abortFlag.load()) {
-      waited = true;
-      comm->execCv.wait_for(lock, std::chrono::milliseconds(100));
-    }
+    waited = comm->waitTicket(lock, ticket);
   }
   Status s;
   if (comm->abortFlag.load()) {
@@ -205,11 +202,7 @@ Status runOnLane(tideComm* comm, Lane* lane, const OpDesc& d) {
       TIDE_WARN("%s", s.message().c_str());
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(comm->execMu);
-    comm->doneTicket = std::max(comm->doneTicket, ticket + 1);
-  }
-  comm->execCv.notify_all();
+  comm->finishTicket(ticket);
   return s;
 }
 
