@@ -40,6 +40,16 @@ constexpr uint32_t collBit(CollType t) { return 1u << static_cast<unsigned>(t); 
 // One operation, after validation and lowering (Avg is already turned into
 // Sum by the core; `reduce` is the kernel for dtype x op, or null when the
 // collective does not reduce).
+// The payload transform of an operation: what a rank puts on the wire for
+// its elements (the compression issue plugs codecs in here). Every byte
+// count a rank sends or publishes is computed through it (wireBytes), never
+// assumed to be count x element size.
+struct Codec {
+  int id = 0;  // 0: none (the plain collective: elements travel as they are)
+  // Bytes on the wire for `count` elements of `elemSize` bytes.
+  uint64_t wireBytes(uint64_t count, uint64_t elemSize) const { return count * elemSize; }
+};
+
 struct CollArgs {
   CollType type = CollType::AllReduce;
   const void* sendbuff = nullptr;
@@ -52,6 +62,9 @@ struct CollArgs {
   ReduceFn reduce = nullptr;
   int root = 0;  // root, or peer for Send/Recv
   MemType mem = MemType::Host;
+  Codec codec;  // none unless a compressed collective was called
+  // Wire bytes of `n` elements of this operation.
+  uint64_t wireBytes(uint64_t n) const { return codec.wireBytes(n, elemSize); }
 };
 
 // A posted transfer. done() is cheap and never progresses anything.
@@ -202,6 +215,10 @@ struct AlgorithmInfo {
   // operation's memory kind; TIDE_ALGO names either kind.
   MemType mem = MemType::Host;
   int deviceKernel = 0;
+  // The codecs (bit Codec::id) whose wire format the row implements; the
+  // planner offers a call only to rows with its codec's bit. Plain rows: none.
+  uint32_t codecs = 1u;
+  bool servesCodec(const Codec& c) const { return ((codecs >> c.id) & 1u) != 0; }
 };
 
 }  // namespace tide

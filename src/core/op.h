@@ -29,15 +29,6 @@ enum class Route : uint8_t {
 };
 const char* routeName(Route r);
 
-// The payload transform of an operation (the compression issue plugs codecs
-// in here). Wire bytes of a contribution are computed through it, never
-// assumed to be count x element size.
-struct Codec {
-  int id = 0;  // 0: none (the plain collective)
-  // Bytes on the wire for `count` elements of `elemSize` bytes.
-  uint64_t wireBytes(uint64_t count, uint64_t elemSize) const { return count * elemSize; }
-};
-
 struct OpDesc {
   tideComm* comm = nullptr;
   tideStream* stream = nullptr;
@@ -49,7 +40,6 @@ struct OpDesc {
   Route route = Route::kHost;           // set by planRoute()
   const AlgorithmInfo* algo = nullptr;  // the table row (host rows; device rows for kDevice)
   bool algoForced = false;              // `algo` is TIDE_ALGO's, not the cost model's
-  Codec codec;
   uint64_t seq = 0;
   uint32_t tag = 0;  // operation tag on the collective channel (core/exec/check.h opTagOf)
 

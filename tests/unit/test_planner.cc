@@ -154,5 +154,25 @@ TEST(Planner, DeviceRowsFollowTheSharedFacts) {
   EXPECT_TRUE(strcmp(above, "dev_twoshot") == 0 || strcmp(above, "dev_ring") == 0) << above;
 }
 
+// The codec seam: a call carries its codec in CollArgs, its wire bytes come
+// from it, and only rows that declare the codec are offered the call.
+TEST(Planner, RowsServeOnlyTheirCodecs) {
+  unsetenv("TIDE_ALGO");
+  FakeComm f(4);
+  f.c.commHash = 0xc0dec;
+  parseAlgoChoice(&f.c);
+  CollArgs a = AllReduce(1000, MemType::Host);
+  EXPECT_EQ(a.wireBytes(a.count), 4000u);
+  ASSERT_NE(chooseAlgorithm(a, &f.c), nullptr);
+  Codec unknown;
+  unknown.id = 30;  // no row declares it
+  a.codec = unknown;
+  EXPECT_EQ(chooseAlgorithm(a, &f.c), nullptr);
+  for (const AlgorithmInfo* row : registeredAlgorithms()) {
+    EXPECT_TRUE(row->servesCodec(Codec{})) << row->name;
+    EXPECT_FALSE(row->servesCodec(unknown)) << row->name;
+  }
+}
+
 }  // namespace
 }  // namespace tide

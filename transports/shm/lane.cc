@@ -100,7 +100,7 @@ class ShmLane final : public Lane {
   }
 
   bool accepts(const CollArgs& a) const override {
-    if (a.mem != MemType::Host || a.count == 0) return false;
+    if (a.mem != MemType::Host || a.count == 0 || a.codec.id != 0) return false;
     if (static_cast<int>(a.type) >= static_cast<int>(CollType::AlltoAll)) return false;
     return contribution(a, a.root) <= maxBytes_;
   }
@@ -114,7 +114,7 @@ class ShmLane final : public Lane {
  private:
   // Bytes rank r publishes for this call (the same formula on every rank).
   size_t contribution(const CollArgs& a, int r) const {
-    size_t bytes = a.count * a.elemSize;
+    const size_t bytes = a.wireBytes(a.count);
     switch (a.type) {
       case CollType::Broadcast:
         return r == a.root ? bytes : 0;

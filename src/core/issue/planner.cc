@@ -127,7 +127,8 @@ const AlgorithmInfo* autoAlgo(const CollArgs& args, const tideComm* comm) {
   const bool log = logLevel() >= LogLevel::Info;
   std::string table;
   for (const AlgorithmInfo* a : registeredAlgorithms()) {
-    if (!(a->collMask & collBit(args.type)) || a->mem != args.mem) continue;
+    if (!(a->collMask & collBit(args.type)) || a->mem != args.mem || !a->servesCodec(args.codec))
+      continue;
     if (a->supports != nullptr && !a->supports(args, comm->nranks)) continue;
     if (a->predictUs == nullptr) {
       if (fallback == nullptr) fallback = a;
@@ -163,6 +164,7 @@ struct ChoiceEntry {
   tideDataType_t dtype = tideFloat32;
   RedOp op = RedOp::Sum;
   MemType mem = MemType::Host;
+  int codec = 0;
   const AlgorithmInfo* algo = nullptr;
 };
 constexpr size_t kChoiceSlots = 32;
@@ -176,12 +178,12 @@ const AlgorithmInfo* cachedAutoAlgo(const CollArgs& args, const tideComm* comm) 
   ChoiceEntry& e = tChoices[(h ^ (h >> 17)) % kChoiceSlots];
   if (e.comm == comm && e.commHash == comm->commHash && e.count == args.count &&
       e.root == args.root && e.type == args.type && e.dtype == args.dtype && e.op == args.op &&
-      e.mem == args.mem && e.algo != nullptr) {
+      e.mem == args.mem && e.codec == args.codec.id && e.algo != nullptr) {
     return e.algo;
   }
   const AlgorithmInfo* algo = autoAlgo(args, comm);
-  e = ChoiceEntry{comm,       comm->commHash, args.count, args.root, args.type,
-                  args.dtype, args.op,        args.mem,   algo};
+  e = ChoiceEntry{comm,       comm->commHash, args.count, args.root,     args.type,
+                  args.dtype, args.op,        args.mem,   args.codec.id, algo};
   return algo;
 }
 
@@ -191,7 +193,8 @@ const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm,
   const int t = static_cast<int>(args.type);
   const AlgorithmInfo* forced =
       args.mem == MemType::Device ? comm->algo.forcedDevice[t] : comm->algo.forced[t];
-  const bool useForced = forced && (!forced->supports || forced->supports(args, comm->nranks));
+  const bool useForced = forced && forced->servesCodec(args.codec) &&
+                         (!forced->supports || forced->supports(args, comm->nranks));
   if (wasForced != nullptr) *wasForced = useForced;
   return useForced ? forced : cachedAutoAlgo(args, comm);
 }
@@ -211,7 +214,7 @@ Status planRoute(OpDesc* op, bool alone) {
     // rank; a failure anywhere sends them all down the staged route).
     const bool engineColl = a.type == CollType::AllReduce || a.type == CollType::AllGather ||
                             a.type == CollType::ReduceScatter || a.type == CollType::Broadcast;
-    if (alone && engineColl && deviceEngineEligible(comm)) {
+    if (alone && engineColl && a.codec.id == 0 && deviceEngineEligible(comm)) {
       // The device engine, unless its creation (on first use, agreed by
       // every rank) failed somewhere: then every rank takes the staged route.
       bool ready = false;
