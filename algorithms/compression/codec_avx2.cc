@@ -42,6 +42,17 @@ TIDE_CODEC_AVX2 inline uint32_t hmax(__m256i m) {
   return static_cast<uint32_t>(_mm_cvtsi128_si32(a));
 }
 
+// Prefetch distance in elements (2 KiB).
+constexpr size_t kPrefetch = 512;
+
+// Prefetches the two cache lines at p + i (which may lie past the buffer: a
+// prefetch never faults; the address is formed as an integer).
+TIDE_CODEC_AVX2 inline void prefetch2(const float* p, size_t i) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + i * sizeof(float);
+  _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(a + 64), _MM_HINT_T0);
+}
+
 // ---- Casts ----------------------------------------------------------------------
 
 TIDE_CODEC_AVX2 inline __m256 vSaturate(__m256 f, uint32_t maxBits) {
@@ -56,11 +67,24 @@ TIDE_CODEC_AVX2 inline __m256 vSaturate(__m256 f, uint32_t maxBits) {
   return _mm256_castsi256_ps(_mm256_blendv_epi8(x, s, sat));
 }
 
+// Whether a lane of a or b has a magnitude above maxBits (NaN and Inf included).
+TIDE_CODEC_AVX2 inline bool anyAbove(__m256 a, __m256 b, uint32_t maxBits) {
+  const __m256i mx = _mm256_set1_epi32(static_cast<int>(maxBits));
+  const __m256i big =
+      _mm256_or_si256(_mm256_cmpgt_epi32(vAbsBits(a), mx), _mm256_cmpgt_epi32(vAbsBits(b), mx));
+  return _mm256_testz_si256(big, big) == 0;
+}
+
 TIDE_CODEC_AVX2 void encodeFp16(const float* x, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 a = vSaturate(_mm256_loadu_ps(x + i), kHalfMaxBits);
-    const __m256 b = vSaturate(_mm256_loadu_ps(x + i + 8), kHalfMaxBits);
+    prefetch2(x, i + kPrefetch);
+    __m256 a = _mm256_loadu_ps(x + i);
+    __m256 b = _mm256_loadu_ps(x + i + 8);
+    if (anyAbove(a, b, kHalfMaxBits)) {  // rare: the saturation
+      a = vSaturate(a, kHalfMaxBits);
+      b = vSaturate(b, kHalfMaxBits);
+    }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 8),
@@ -73,6 +97,7 @@ template <bool kAcc>
 TIDE_CODEC_AVX2 void decodeFp16T(const uint16_t* in, float* y, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if constexpr (kAcc) prefetch2(y, i + kPrefetch);
     __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
     __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 8)));
     if constexpr (kAcc) {
@@ -99,13 +124,18 @@ TIDE_CODEC_AVX2 void decodeFp16(const uint16_t* in, float* y, size_t n, bool acc
   }
 }
 
+// fp::floatToBf16's rounding on 8 lanes, right for every lane but NaN.
+TIDE_CODEC_AVX2 inline __m256i vBfRoundNumber(__m256i x) {
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd),
+                           16);
+}
+
 // fp::floatToBf16 on 8 lanes (the saturation is applied before).
 TIDE_CODEC_AVX2 inline __m256i vBfRound(__m256 f) {
   const __m256i x = _mm256_castps_si256(f);
   const __m256i hi = _mm256_srli_epi32(x, 16);
-  const __m256i odd = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  const __m256i r =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+  const __m256i r = vBfRoundNumber(x);
   const __m256i qnan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
   const __m256i isNan =
       _mm256_cmpgt_epi32(vAbsBits(f), _mm256_set1_epi32(static_cast<int>(kInfBits)));
@@ -115,8 +145,17 @@ TIDE_CODEC_AVX2 inline __m256i vBfRound(__m256 f) {
 TIDE_CODEC_AVX2 void encodeBf16(const float* x, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i a = vBfRound(vSaturate(_mm256_loadu_ps(x + i), kBf16MaxBits));
-    const __m256i b = vBfRound(vSaturate(_mm256_loadu_ps(x + i + 8), kBf16MaxBits));
+    prefetch2(x, i + kPrefetch);
+    const __m256 fa = _mm256_loadu_ps(x + i);
+    const __m256 fb = _mm256_loadu_ps(x + i + 8);
+    __m256i a, b;
+    if (anyAbove(fa, fb, kBf16MaxBits)) {  // rare: saturation, Inf or NaN
+      a = vBfRound(vSaturate(fa, kBf16MaxBits));
+      b = vBfRound(vSaturate(fb, kBf16MaxBits));
+    } else {
+      a = vBfRoundNumber(_mm256_castps_si256(fa));
+      b = vBfRoundNumber(_mm256_castps_si256(fb));
+    }
     // packus interleaves the 128-bit lanes; the permute restores the order.
     const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), p);
@@ -133,6 +172,7 @@ template <bool kAcc>
 TIDE_CODEC_AVX2 void decodeBf16T(const uint16_t* in, float* y, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if constexpr (kAcc) prefetch2(y, i + kPrefetch);
     __m256 a = vBfLoad8(in + i);
     __m256 b = vBfLoad8(in + i + 8);
     if constexpr (kAcc) {
@@ -199,11 +239,15 @@ struct VecBlock {
 template <bool kSr>
 TIDE_CODEC_AVX2 inline __m256i vQuant(__m256 v, const VecBlock& p, RngKey key, uint64_t pos) {
   const __m256 t = _mm256_mul_ps(v, p.inv);
-  const __m256 round = _mm256_set1_ps(kRound);
-  __m256 r;
   if constexpr (!kSr) {
-    r = _mm256_sub_ps(_mm256_add_ps(t, round), round);
+    // In the default rounding mode the conversion rounds to nearest even,
+    // as (t + kRound) - kRound does for |t| < 2^22. No clamp: |t| <= qmax
+    // (1 + 2^-23), which rounds to qmax (the packs saturate regardless).
+    (void)key;
+    (void)pos;
+    return _mm256_cvtps_epi32(t);
   } else {
+    const __m256 round = _mm256_set1_ps(kRound);
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kAbsMask)));
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 a = _mm256_and_ps(t, absm);
@@ -211,10 +255,9 @@ TIDE_CODEC_AVX2 inline __m256i vQuant(__m256 v, const VecBlock& p, RngKey key, u
     const __m256 f = _mm256_sub_ps(rr, _mm256_and_ps(_mm256_cmp_ps(rr, a, _CMP_GT_OQ), one));
     const __m256 up = _mm256_cmp_ps(vUniform(key, pos), _mm256_sub_ps(a, f), _CMP_LT_OQ);
     const __m256 m = _mm256_add_ps(f, _mm256_and_ps(up, one));
-    r = _mm256_or_ps(m, _mm256_andnot_ps(absm, t));
+    const __m256i q = _mm256_cvtps_epi32(_mm256_or_ps(m, _mm256_andnot_ps(absm, t)));  // exact
+    return _mm256_min_epi32(_mm256_max_epi32(q, p.qmin), p.qmax);
   }
-  const __m256i q = _mm256_cvtps_epi32(r);  // r is integral: exact
-  return _mm256_min_epi32(_mm256_max_epi32(q, p.qmin), p.qmax);
 }
 
 // 32 int32 codes (4 vectors, element order) as 32 bytes in order.
@@ -233,13 +276,19 @@ TIDE_CODEC_AVX2 inline __m128i vNibbles(__m256i c) {
 
 // The codes (and residuals) of the first multiple of 32 elements of a kNormal
 // block; returns how many it did. `first` is the block's first element.
+
 template <int kBits, bool kSr>
-TIDE_CODEC_AVX2 size_t quantBlock(const float* v, float* res, size_t len, const BlockParams& bp,
-                                  RngKey key, uint64_t pos, uint8_t* codes, size_t first) {
+TIDE_CODEC_AVX2 size_t quantBlock(const float* x, const float* v, float* res, size_t len,
+                                  const BlockParams& bp, RngKey key, uint64_t pos, uint8_t* codes,
+                                  size_t first) {
   const VecBlock p = {_mm256_set1_ps(bp.inv), _mm256_set1_ps(bp.scale),
                       _mm256_set1_epi32(kQmax<kBits>), _mm256_set1_epi32(-kQmax<kBits>)};
   size_t j = 0;
   for (; j + 32 <= len; j += 32) {
+    // While this block computes, fetch the data two blocks of 256 ahead: the
+    // block's first pass alone keeps too few misses in flight.
+    prefetch2(v, j + kPrefetch);
+    if (res != nullptr) prefetch2(x, j + kPrefetch);
     __m256i q[4];
     for (int k = 0; k < 4; ++k) {
       const size_t o = j + 8 * static_cast<size_t>(k);
@@ -294,8 +343,8 @@ TIDE_CODEC_AVX2 void quantize(const float* x, float* residual, size_t n, size_t 
     j = 0;
     const uint64_t pos = r.counter + lo;
     if (p.kind == BlockKind::kNormal && (kBits == 8 || (lo & 1) == 0)) {
-      j = r.stochastic ? quantBlock<kBits, true>(v, res, len, p, key, pos, codes, lo)
-                       : quantBlock<kBits, false>(v, res, len, p, key, pos, codes, lo);
+      j = r.stochastic ? quantBlock<kBits, true>(x + lo, v, res, len, p, key, pos, codes, lo)
+                       : quantBlock<kBits, false>(x + lo, v, res, len, p, key, pos, codes, lo);
     }
     for (; j < len; ++j) {
       const float vj = v[j];
@@ -334,6 +383,7 @@ TIDE_CODEC_AVX2 void dequantizeT(const uint8_t* wire, size_t n, size_t block, fl
     size_t j = 0;
     if (kBits == 8 || (lo & 1) == 0) {
       for (; j + 32 <= len; j += 32) {
+        if constexpr (kAcc) prefetch2(out, j + kPrefetch);
         for (size_t k = 0; k < 32; k += 8) {
           __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(vCodes<kBits>(codes, lo + j + k)), sv);
           if constexpr (kAcc) d = _mm256_add_ps(_mm256_loadu_ps(out + j + k), d);

@@ -7,13 +7,15 @@
 //  * Pure and thread-safe: no global state except the instruction-set choice,
 //    made once per process (bestImpl()). Buffers belong to the caller; a
 //    TopkScratch must not be shared by concurrent calls.
-//  * Input and output buffers must not overlap, except where stated. `wire`
-//    buffers may have any alignment; float/uint16 buffers need their natural
-//    alignment only.
+//  * Input and output buffers must not overlap, except where stated. An int
+//    codec's `wire` may have any alignment; a 16-bit codec's wire, like every
+//    float/uint16 buffer, needs its natural alignment (encode/decode refuse an
+//    odd address).
 //  * No exceptions escape; a function that can fail returns false and then
 //    leaves its outputs unspecified (invalid arguments, out of memory).
 //  * Every Impl gives the same bits for the same inputs (the scalar code is
-//    the reference; the AVX2 code is checked against it). An Impl that this
+//    the reference; the AVX2 code is checked against it), except which NaN
+//    payload results when two NaNs are added. An Impl that this
 //    CPU cannot run falls back to Impl::kScalar. Results assume the default
 //    floating-point environment (round to nearest, no flush-to-zero).
 //  * fp32 arithmetic is written out below: each operation rounds once; no
@@ -119,7 +121,9 @@ uint32_t drawBits(uint64_t seed, uint64_t pos);
 //    the uncompressed sum of the inputs would be, and possibly at the block's
 //    other elements too.
 // Decode of a code q with scale s: y = float(q) * s (one fp32 product; any
-// wire contents decode without fault, int4 nibble 0x8 as -8).
+// wire contents decode without fault, int4 nibble 0x8 as -8). A finite block
+// whose amax is within an ulp or so of FLT_MAX may decode its largest
+// elements to +-Inf (qmax * s rounds past FLT_MAX).
 // quantize/dequantize accept kInt8 and kInt4 and return false for another
 // codec, an invalid block, or null pointers with n > 0 (n == 0: true, nothing
 // written). `wire` holds wireBytes(codec, n, block) bytes.

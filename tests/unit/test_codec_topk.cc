@@ -39,6 +39,7 @@ std::vector<TopkPair> reference(const std::vector<float>& x, size_t k) {
   idx.resize(std::min(k, x.size()));
   std::sort(idx.begin(), idx.end());
   std::vector<TopkPair> out;
+  out.reserve(idx.size());
   for (const uint32_t i : idx) out.push_back({i, x[i]});
   return out;
 }
@@ -51,8 +52,17 @@ bool samePairs(const std::vector<TopkPair>& a, const std::vector<TopkPair>& b) {
   return true;
 }
 
+// Byte-for-byte equal floats (NaN payloads and the sign of zero included).
+bool sameBytes(const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (bitsOf(a[i]) != bitsOf(b[i])) return false;
+  }
+  return true;
+}
+
 std::vector<uint32_t> indices(const std::vector<TopkPair>& p) {
   std::vector<uint32_t> r;
+  r.reserve(p.size());
   for (const auto& q : p) r.push_back(q.index);
   return r;
 }
@@ -97,8 +107,8 @@ std::vector<std::vector<float>> hardInputs(size_t n) {
   std::vector<float> levels = gradients(n, 2);  // many exact ties
   for (auto& v : levels) v = std::round(v * 4.0f) / 4.0f;
   r.push_back(levels);
-  r.push_back(std::vector<float>(n, 1.5f));  // all equal
-  std::vector<float> sparse(n, 0.0f);        // fewer non-zeros than k
+  r.emplace_back(n, 1.5f);             // all equal
+  std::vector<float> sparse(n, 0.0f);  // fewer non-zeros than k
   for (size_t i = 0; i < n; i += 997) sparse[i] = static_cast<float>(i % 13) - 6.0f;
   r.push_back(sparse);
   std::vector<float> sorted = gradients(n, 3);  // the largest at the end
@@ -196,8 +206,8 @@ TEST(CodecFeedbackState, SaveLoadRoundTrip) {
   EXPECT_EQ(b.counter, a.counter);
   ASSERT_EQ(b.sender.size(), 1000u);
   ASSERT_EQ(b.owner.size(), 250u);
-  EXPECT_EQ(std::memcmp(b.sender.data(), a.sender.data(), 4000), 0);
-  EXPECT_EQ(std::memcmp(b.owner.data(), a.owner.data(), 1000), 0);
+  EXPECT_TRUE(sameBytes(b.sender.data(), a.sender.data(), 1000));
+  EXPECT_TRUE(sameBytes(b.owner.data(), a.owner.data(), 250));
   // Malformed states are refused and leave the state as it was.
   EXPECT_FALSE(b.load(buf.data(), buf.size() - 4));
   buf[0] ^= 1;
@@ -267,7 +277,7 @@ TEST(CodecFeedbackState, TwoPointStepsResumeExactly) {
   std::vector<FeedbackState> c(ranks);
   for (size_t q = 0; q < ranks; ++q) ASSERT_TRUE(c[q].load(saved[q].data(), saved[q].size()));
   runSteps(c, 20, 40, resumed);
-  EXPECT_EQ(std::memcmp(straight.data(), resumed.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(sameBytes(straight.data(), resumed.data(), n));
 }
 
 }  // namespace
