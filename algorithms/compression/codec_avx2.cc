@@ -212,18 +212,19 @@ TIDE_CODEC_AVX2 inline __m256i vMix32(__m256i x) {
 // uniform24(drawWithKey(key, pos + k)) in lane k.
 TIDE_CODEC_AVX2 inline __m256 vUniform(RngKey key, uint64_t pos) {
   const auto plo = static_cast<int>(static_cast<uint32_t>(pos));
-  const auto phi = static_cast<int>(static_cast<uint32_t>(pos >> 32));
+  const auto phi = static_cast<uint32_t>(pos >> 32);
   const __m256i base = _mm256_set1_epi32(plo);
   const __m256i lo = _mm256_add_epi32(base, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   // A lane whose low half wrapped carries into the high half (unsigned lo < base).
   const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   const __m256i carry =
       _mm256_cmpgt_epi32(_mm256_xor_si256(base, bias), _mm256_xor_si256(lo, bias));
-  const __m256i hi = _mm256_sub_epi32(_mm256_set1_epi32(phi), carry);
   __m256i h = vMix32(_mm256_xor_si256(lo, _mm256_set1_epi32(static_cast<int>(key.lo))));
+  // key.hi + hi * kGolden32, where hi is phi, or phi + 1 in a carrying lane.
+  const uint32_t k2base = key.hi + static_cast<uint32_t>(phi) * kGolden32;
   const __m256i k2 =
-      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(key.hi)),
-                       _mm256_mullo_epi32(hi, _mm256_set1_epi32(static_cast<int>(kGolden32))));
+      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(k2base)),
+                       _mm256_and_si256(carry, _mm256_set1_epi32(static_cast<int>(kGolden32))));
   h = vMix32(_mm256_xor_si256(h, k2));
   return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), _mm256_set1_ps(0x1p-24f));
 }
@@ -268,16 +269,29 @@ TIDE_CODEC_AVX2 inline __m256i vPack32(__m256i q0, __m256i q1, __m256i q2, __m25
 
 // 32 byte codes in order as 16 bytes of nibble pairs (low nibble first).
 TIDE_CODEC_AVX2 inline __m128i vNibbles(__m256i c) {
-  const __m256i lo = _mm256_and_si256(c, _mm256_set1_epi16(0x000f));
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), _mm256_set1_epi16(0x00f0));
-  const __m256i p = _mm256_packus_epi16(_mm256_or_si256(lo, hi), _mm256_setzero_si256());
+  // Each 16-bit lane: nibble(even) * 1 + nibble(odd) * 16 (<= 255).
+  const __m256i nib = _mm256_and_si256(c, _mm256_set1_epi8(0x0f));
+  const __m256i w = _mm256_maddubs_epi16(nib, _mm256_set1_epi16(0x1001));
+  const __m256i p = _mm256_packus_epi16(w, _mm256_setzero_si256());
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+// The codes of 8 elements at v + o (and, with kRes, their residuals).
+template <bool kSr, bool kRes>
+TIDE_CODEC_AVX2 inline __m256i quant8(const float* v, float* res, size_t o, const VecBlock& p,
+                                      RngKey key, uint64_t pos) {
+  const __m256 vk = _mm256_loadu_ps(v + o);
+  const __m256i q = vQuant<kSr>(vk, p, key, pos + o);
+  if constexpr (kRes) {
+    const __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(q), p.scale);
+    _mm256_storeu_ps(res + o, _mm256_sub_ps(vk, d));
+  }
+  return q;
 }
 
 // The codes (and residuals) of the first multiple of 32 elements of a kNormal
 // block; returns how many it did. `first` is the block's first element.
-
-template <int kBits, bool kSr>
+template <int kBits, bool kSr, bool kRes>
 TIDE_CODEC_AVX2 size_t quantBlock(const float* x, const float* v, float* res, size_t len,
                                   const BlockParams& bp, RngKey key, uint64_t pos, uint8_t* codes,
                                   size_t first) {
@@ -288,18 +302,12 @@ TIDE_CODEC_AVX2 size_t quantBlock(const float* x, const float* v, float* res, si
     // While this block computes, fetch the data two blocks of 256 ahead: the
     // block's first pass alone keeps too few misses in flight.
     prefetch2(v, j + kPrefetch);
-    if (res != nullptr) prefetch2(x, j + kPrefetch);
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      const size_t o = j + 8 * static_cast<size_t>(k);
-      const __m256 vk = _mm256_loadu_ps(v + o);
-      q[k] = vQuant<kSr>(vk, p, key, pos + o);
-      if (res != nullptr) {
-        const __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(q[k]), p.scale);
-        _mm256_storeu_ps(res + o, _mm256_sub_ps(vk, d));
-      }
-    }
-    const __m256i b = vPack32(q[0], q[1], q[2], q[3]);
+    if constexpr (kRes) prefetch2(x, j + kPrefetch);
+    const __m256i q0 = quant8<kSr, kRes>(v, res, j, p, key, pos);
+    const __m256i q1 = quant8<kSr, kRes>(v, res, j + 8, p, key, pos);
+    const __m256i q2 = quant8<kSr, kRes>(v, res, j + 16, p, key, pos);
+    const __m256i q3 = quant8<kSr, kRes>(v, res, j + 24, p, key, pos);
+    const __m256i b = vPack32(q0, q1, q2, q3);
     if constexpr (kBits == 8) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + first + j), b);
     } else {
@@ -307,6 +315,14 @@ TIDE_CODEC_AVX2 size_t quantBlock(const float* x, const float* v, float* res, si
     }
   }
   return j;
+}
+
+template <int kBits, bool kRes>
+TIDE_CODEC_AVX2 size_t quantBlockAny(const float* x, const float* v, float* res, size_t len,
+                                     const BlockParams& bp, bool sr, RngKey key, uint64_t pos,
+                                     uint8_t* codes, size_t first) {
+  if (sr) return quantBlock<kBits, true, kRes>(x, v, res, len, bp, key, pos, codes, first);
+  return quantBlock<kBits, false, kRes>(x, v, res, len, bp, key, pos, codes, first);
 }
 
 template <int kBits>
@@ -343,8 +359,10 @@ TIDE_CODEC_AVX2 void quantize(const float* x, float* residual, size_t n, size_t 
     j = 0;
     const uint64_t pos = r.counter + lo;
     if (p.kind == BlockKind::kNormal && (kBits == 8 || (lo & 1) == 0)) {
-      j = r.stochastic ? quantBlock<kBits, true>(x + lo, v, res, len, p, key, pos, codes, lo)
-                       : quantBlock<kBits, false>(x + lo, v, res, len, p, key, pos, codes, lo);
+      j = res != nullptr ? quantBlockAny<kBits, true>(x + lo, v, res, len, p, r.stochastic, key,
+                                                      pos, codes, lo)
+                         : quantBlockAny<kBits, false>(x + lo, v, res, len, p, r.stochastic, key,
+                                                       pos, codes, lo);
     }
     for (; j < len; ++j) {
       const float vj = v[j];
@@ -384,6 +402,7 @@ TIDE_CODEC_AVX2 void dequantizeT(const uint8_t* wire, size_t n, size_t block, fl
     if (kBits == 8 || (lo & 1) == 0) {
       for (; j + 32 <= len; j += 32) {
         if constexpr (kAcc) prefetch2(out, j + kPrefetch);
+#pragma GCC unroll 4
         for (size_t k = 0; k < 32; k += 8) {
           __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(vCodes<kBits>(codes, lo + j + k)), sv);
           if constexpr (kAcc) d = _mm256_add_ps(_mm256_loadu_ps(out + j + k), d);
