@@ -184,14 +184,15 @@ struct TopkScratch {
 enum class TopkMethod : uint8_t {
   kExact = 0,    // one selection over all n elements
   kSampled = 1,  // threshold from a sample, selection among the candidates
-  kAuto = 2,     // kSampled for large n with k <= n / 8, else kExact
+  kAuto = 2,     // kSampled when n >= 32768 and k <= n / 8, else kExact
 };
 
 // The top-k of x[0..n) into out[0..min(k, n)). Every method returns exactly
 // the same pairs. kSampled estimates a magnitude threshold from a fixed,
-// deterministic sample of x, collects the elements at or above it, lowers the
-// threshold and rescans if fewer than k were found (at worst down to 0: all
-// elements), and selects exactly among those candidates.
+// deterministic sample of x (4096 magnitudes), collects the elements at or
+// above it in one scan (AVX2 where available), lowers the threshold and
+// rescans if fewer than k were found (at worst down to 0: all elements), and
+// selects exactly among those candidates.
 bool topk(const float* x, size_t n, size_t k, TopkPair* out, TopkScratch& scratch,
           TopkMethod method = TopkMethod::kAuto, Impl impl = bestImpl());
 
