@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the bootstrap frame fuzzers (fuzz/corpus/boot_frame,
-fuzz/corpus/boot_hello) in the wire format of src/core/boot/bootstrap_frame.h.
+fuzz/corpus/boot_hello) in the wire format of src/core/boot/bootstrap_frame.h,
+and those of the codec round trips (fuzz/corpus/codec, the input layout at the
+top of fuzz/fuzz_codec.cc).
 Run from anywhere; overwrites the seeds it names and leaves others alone."""
 import os
 import struct
@@ -73,3 +75,30 @@ hellos = {
 }
 for name, data in hellos.items():
     write('boot_hello', name, data)
+
+
+# Codec seeds: selector (0 fp16, 1 bf16, 2 int8, 3 int4, 4 top-k), block or k
+# (little-endian uint16, used as 1 + value % 1024), flags (1 stochastic,
+# 2 feedback), seed, counter, then float32 elements.
+def codec(which, param, flags, floats, seed=7, counter=0):
+    head = struct.pack('<BHBII', which, param - 1, flags, seed, counter)
+    return head + struct.pack('<%df' % len(floats), *floats)
+
+
+INF, NAN = float('inf'), float('nan')
+ramp = [((i * 37) % 101 - 50) * 0.01 for i in range(300)]
+codecs = {
+    'fp16_specials': codec(0, 1, 0, [1.0, 65504.0, 65520.0, 1e10, -1e10, INF, -INF, NAN,
+                                     2.0 ** -24, 2.0 ** -25, 1.0 + 2.0 ** -11, -0.0]),
+    'bf16_specials': codec(1, 1, 0, [1.0, 3.4e38, -3.4e38, INF, NAN, 1.0 + 2.0 ** -8, 1e-40]),
+    'int8_ramp_b64': codec(2, 64, 0, ramp),
+    'int8_sr_feedback_b7': codec(2, 7, 3, ramp[:50]),
+    'int8_outlier_zero': codec(2, 4, 0, [1000, 1, 2, 3, 0, 0, -0.0, 0, 1e-36, -2e-36, 0, 0]),
+    'int8_nonfinite': codec(2, 4, 2, [1, NAN, 2, 3, 1, INF, -INF, 2, 4, 5, 6, 7]),
+    'int4_odd_block': codec(3, 3, 1, ramp[:31]),
+    'int4_ties': codec(3, 8, 0, [7, -7, 0.5, 1.5, -2.5, 3, -3.5, 6.49, 0.4]),
+    'topk_ties': codec(4, 3, 0, [1, -5, 3, -3, 0, 5, 5, -5]),
+    'topk_specials': codec(4, 2, 0, [INF, 1, NAN, -INF, -0.0, 0.0]),
+}
+for name, data in codecs.items():
+    write('codec', name, data)

@@ -16,10 +16,14 @@ flags=(-std=c++20 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -I.
 core=(src/core/boot/bootstrap.cc src/core/boot/bootstrap_frame.cc src/core/boot/bootstrap_root.cc
       src/core/auth.cc src/core/socket.cc src/core/if_addrs.cc src/core/if_filter.cc
       src/core/config.cc src/core/log.cc src/core/status.cc)
-targets=(boot_frame boot_hello unique_id)
+# The codec round trips link only the compression kernels (no core).
+codecs=(algorithms/compression/codec_avx2.cc algorithms/compression/codec_kernels.cc
+        algorithms/compression/codec_scalar.cc algorithms/compression/topk.cc)
+targets=(boot_frame boot_hello unique_id codec)
 for t in "${targets[@]}"; do
   echo "== fuzz: building $t"
-  "$CXX" "${flags[@]}" "fuzz/fuzz_$t.cc" "${core[@]}" -o "$out/fuzz_$t"
+  if [ "$t" = codec ]; then srcs=("${codecs[@]}"); else srcs=("${core[@]}"); fi
+  "$CXX" "${flags[@]}" "fuzz/fuzz_$t.cc" "${srcs[@]}" -o "$out/fuzz_$t"
 done
 status=0
 for t in "${targets[@]}"; do

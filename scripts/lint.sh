@@ -47,6 +47,8 @@ layer_exceptions=(
   "algorithms/device/device_rows.cc src/cuda/device_algo_choice.h"
   # The microbenchmark of the host reduction kernels themselves.
   "perf/reduce_bench.cc algorithms/kernels/host_kernels.h"
+  # The throughput benchmark of the host codec kernels themselves.
+  "perf/codec_bench.cc algorithms/compression/codec_kernels.h"
   # Writes docs/env.md from the core's one knob table.
   "tools/gen_env_doc.cc src/core/config.h"
   # Runs the topology provider offline (detect, convert, print a CommTopo).
