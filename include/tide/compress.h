@@ -51,7 +51,7 @@ typedef enum {
 } tideCodec_t;
 
 typedef struct {
-  size_t size;            /* sizeof(tideCompressConfig_t) of the caller's header */
+  size_t size; /* sizeof(tideCompressConfig_t) of the caller's header */
   tideCodec_t codec;
   int blockSize;          /* int8/int4 elements per scale; TIDE_CONFIG_UNDEF_INT: 256 */
   double topkRatio;       /* top-k: fraction of elements kept; <= 0: 0.01 */
@@ -63,10 +63,12 @@ typedef struct {
   int reserved[16];
 } tideCompressConfig_t;
 
-#define TIDE_COMPRESS_CONFIG_INITIALIZER                                                      \
-  {                                                                                           \
-    sizeof(tideCompressConfig_t), tideCodecNone, TIDE_CONFIG_UNDEF_INT, 0.0,                  \
-        TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, 0ull, { 0 }      \
+#define TIDE_COMPRESS_CONFIG_INITIALIZER                                             \
+  {                                                                                  \
+    sizeof(tideCompressConfig_t), tideCodecNone, TIDE_CONFIG_UNDEF_INT, 0.0,         \
+        TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, 0ull, { \
+      0                                                                              \
+    }                                                                                \
   }
 
 typedef struct tideCompressor* tideCompressor_t;
