@@ -78,8 +78,9 @@ double Load(const std::vector<uint8_t>& buf, tideDataType_t dt, size_t i) {
 }
 
 tideCompressor_t Make(tideComm_t comm, tideCodec_t codec, int block, double ratio, int feedback,
-                      int stochastic, unsigned long long seed) {
+                      int stochastic, unsigned long long seed, int interNodeOnly = 0) {
   tideCompressConfig_t c = TIDE_COMPRESS_CONFIG_INITIALIZER;
+  c.interNodeOnly = interNodeOnly;
   c.codec = codec;
   c.blockSize = block;
   c.topkRatio = ratio;
@@ -112,7 +113,8 @@ int CheckOne(ThreadRank& ctx, const CSpec& s, int call, bool inPlace) {
   std::vector<uint8_t> in, out(outLen * esize, 0xee), scratch;
   for (int r = 0; r < n; ++r)
     x[r] = Store(Input(r, call, inLen), s.dtype, r == me ? &in : &scratch);
-  tideCompressor_t k = Make(ctx.comm, s.codec, s.block, s.ratio, 1, s.stochastic ? 1 : 0, 42);
+  tideCompressor_t k =
+      Make(ctx.comm, s.codec, s.block, s.ratio, 1, s.stochastic ? 1 : 0, 42, s.interNodeOnly);
   if (k == nullptr) {
     ctx.Logf("rank %d: tideCompressorCreate failed: %s\n", me, tideGetLastError(ctx.comm));
     return 1;
@@ -172,6 +174,12 @@ int CheckOne(ThreadRank& ctx, const CSpec& s, int call, bool inPlace) {
 }
 
 int Matrix(ThreadRank& ctx) {
+  // TIDE_TEST_NODES: each rank's node as a letter (the TIDE_HOSTID layout of
+  // the run): All-Reduce runs the hierarchical row (TIDE_ALGO), with its bound.
+  const char* layout = getenv("TIDE_TEST_NODES");
+  const bool hier = layout != nullptr && layout[0] != 0;
+  std::vector<int> nodes;
+  for (const char* c = hier ? layout : ""; *c != 0; ++c) nodes.push_back(*c - 'a');
   const tideCodec_t codecs[] = {tideCodecFp16, tideCodecBf16, tideCodecInt8, tideCodecInt4,
                                 tideCodecTopK};
   const CColl colls[] = {CColl::kAllReduce, CColl::kReduceScatter, CColl::kAllGather};
@@ -191,6 +199,10 @@ int Matrix(ThreadRank& ctx) {
           s.avg = variant == 1 && coll != CColl::kAllGather;
           s.dtype = variant == 2 ? tideBfloat16 : tideFloat32;
           s.stochastic = variant == 1 && (codec == tideCodecInt8 || codec == tideCodecInt4);
+          if (hier) {
+            s.nodeOf = nodes;
+            s.interNodeOnly = variant == 2;
+          }
           if (CheckOne(ctx, s, call++, /*inPlace=*/variant == 2) != 0) return 1;
         }
       }
@@ -200,7 +212,8 @@ int Matrix(ThreadRank& ctx) {
   return 0;
 }
 
-void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nullptr) {
+void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nullptr,
+              const char* algo = nullptr) {
   ProcessRunOptions o;
   o.exe = SelfExe();
   o.args = {std::string("--worker=") + worker};
@@ -208,6 +221,10 @@ void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nu
   o.timeout_ms = 240000;
   o.env.emplace_back("TIDE_TIMEOUT", "60");
   if (tcp) o.env.emplace_back("TIDE_SHM_DISABLE", "1");
+  if (algo != nullptr) {
+    o.env.emplace_back("TIDE_ALGO", std::string("allreduce:") + algo);
+    if (std::string(algo) == "cmp_hier") o.env.emplace_back("TIDE_TEST_NODES", hostIds);
+  }
   if (hostIds != nullptr) {
     const std::string ids = hostIds;  // one letter per rank: its node
     o.rank_env = [ids](int r) {
@@ -232,8 +249,10 @@ TEST(CompressShm, Ranks5) { RunRanks(5, "matrix", false); }
 TEST(CompressShm, Ranks8) { RunRanks(8, "matrix", false); }
 TEST(CompressTcp, Ranks2) { RunRanks(2, "matrix", true); }
 TEST(CompressTcp, Ranks4) { RunRanks(4, "matrix", true); }
-TEST(CompressNodes, TwoByTwo) { RunRanks(4, "matrix", false, "aabb"); }
-TEST(CompressNodes, ThreeByTwo) { RunRanks(6, "matrix", false, "abcabc"); }
+TEST(CompressNodes, TwoByTwo) { RunRanks(4, "matrix", false, "aabb", "cmp_a2a"); }
+TEST(CompressNodes, ThreeByTwo) { RunRanks(6, "matrix", false, "abcabc", "cmp_a2a"); }
+TEST(CompressNodes, TwoByTwoHier) { RunRanks(4, "matrix", false, "aabb", "cmp_hier"); }
+TEST(CompressNodes, ThreeByTwoHier) { RunRanks(6, "matrix", false, "abcabc", "cmp_hier"); }
 TEST(CompressFeedback, Steps200) { RunRanks(2, "feedback", false); }
 TEST(CompressState, SaveRestore) { RunRanks(3, "state", false); }
 TEST(CompressBadInput, NamedErrors) { RunRanks(2, "bad", false); }
