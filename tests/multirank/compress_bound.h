@@ -28,6 +28,7 @@ struct CSpec {
   // one-level algorithms.
   std::vector<int> nodeOf;
   bool interNodeOnly = false;
+  double loosen = 1;  // the checks allow loosen x the bound (the hop-by-hop ring)
 };
 
 inline size_t TopkK(double ratio, size_t m) {
