@@ -67,6 +67,15 @@ Task scatterReduce(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x
   const int n = g->size(), r = g->idx;
   const size_t mine = l->len[r];
   std::vector<char*> out(n, nullptr), in(n, nullptr);
+  // Receives first, then each piece is sent as soon as it is encoded: the
+  // wire carries one piece while the next is encoded.
+  std::vector<Pending> recvs(n);
+  for (int s = 1; s < n; ++s) {
+    const int q = (r - s + n) % n;
+    in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(mine))));
+    if (in[q] == nullptr) co_return;
+    recvs[q] = ctx.recv(g->ranks[q], in[q], wire.bytes(mine));
+  }
   std::vector<Pending> sends;
   for (int s = 1; s < n; ++s) {
     const int p = (r + s) % n;
@@ -78,13 +87,6 @@ Task scatterReduce(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x
       co_return;
     }
     sends.push_back(ctx.send(g->ranks[p], out[p], wire.bytes(l->len[p])));
-  }
-  std::vector<Pending> recvs(n);
-  for (int s = 1; s < n; ++s) {
-    const int q = (r - s + n) % n;
-    in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(mine))));
-    if (in[q] == nullptr) co_return;
-    recvs[q] = ctx.recv(g->ranks[q], in[q], wire.bytes(mine));
   }
   if (mine > 0) std::memset(acc, 0, mine * sizeof(float));
   for (int q = 0; q < n; ++q) {
@@ -115,6 +117,14 @@ void scaleAvg(const CollArgs& a, int n, float* v, size_t count) {
 Task encodeGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mine, float* resid,
                   uint64_t pos, const Pieces* l, float* result) {
   const int n = g->size(), r = g->idx;
+  std::vector<char*> in(n, nullptr);
+  std::vector<Pending> recvs(n);
+  for (int s = 1; s < n; ++s) {
+    const int q = (r - s + n) % n;
+    in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[q]))));
+    if (in[q] == nullptr) co_return;
+    recvs[q] = ctx.recv(g->ranks[q], in[q], wire.bytes(l->len[q]));
+  }
   char* own = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[r]))));
   if (own == nullptr) co_return;
   if (!wire.encode(mine, resid, l->len[r], pos, own)) {
@@ -124,14 +134,6 @@ Task encodeGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mi
   std::vector<Pending> sends;
   for (int s = 1; s < n; ++s) {
     sends.push_back(ctx.send(g->ranks[(r + s) % n], own, wire.bytes(l->len[r])));
-  }
-  std::vector<char*> in(n, nullptr);
-  std::vector<Pending> recvs(n);
-  for (int s = 1; s < n; ++s) {
-    const int q = (r - s + n) % n;
-    in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[q]))));
-    if (in[q] == nullptr) co_return;
-    recvs[q] = ctx.recv(g->ranks[q], in[q], wire.bytes(l->len[q]));
   }
   if (!wire.decode(own, l->len[r], result + l->off[r])) {
     fail(ctx, "decoding");
