@@ -13,6 +13,7 @@
 // the owner's covers its reduced shard and is added before the second.
 // Stochastic rounding draws positions counter + offset (first phase) and
 // counter + N + offset (second); the counter then advances by 2N.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -29,27 +30,75 @@ void advance(const CollArgs& a, codec::FeedbackState* st, uint64_t by) {
   if (a.codec.params->stochastic) st->counter += by;
 }
 
+// Elements per pipeline segment of the All-Reduce (4 MiB of fp32); each is
+// laid out by itself (docs/compression.md).
+constexpr size_t kSegment = size_t{1} << 20;
+
+struct Segment {
+  size_t off = 0, count = 0;
+  Pieces pieces;
+  float* acc = nullptr;
+  float* owner = nullptr;  // this segment's owner residual, or null
+  Exchange rs, ag;
+};
+
+// Segments are pipelined: while segment k's pieces are on the wire, segment
+// k + 1 is encoded and segment k - 1 gathered.
 Task a2aAllReduce(ExecCtx& ctx) {
   const CollArgs a = ctx.args();
   const int n = ctx.nranks(), r = ctx.rank();
   const size_t count = a.count;
   const Wire wire = Wire::of(a.codec.id, a.codec.params);
   codec::FeedbackState* st = stateOf(a);
-  const Pieces l = shardPieces(count, n);
   const hier::Group all = allRanks(ctx);
   const float* x = floatInput(ctx, a, count);
   float* result = floatOutput(ctx, a, count);
-  auto* acc = static_cast<float*>(ctx.scratch(std::max<size_t>(l.len[r], 1) * sizeof(float)));
-  if (x == nullptr || result == nullptr || acc == nullptr || !ctx.error().ok()) co_return;
+  if (x == nullptr || result == nullptr || !ctx.error().ok()) co_return;
+  std::vector<Segment> seg((count + kSegment - 1) / kSegment);
+  size_t ownerNeed = 0;
+  for (size_t k = 0; k < seg.size(); ++k) {
+    Segment& g = seg[k];
+    g.off = k * kSegment;
+    g.count = std::min(kSegment, count - g.off);
+    g.pieces = shardPieces(g.count, n);
+    ownerNeed += g.pieces.len[r];
+  }
   float* sender = residual(ctx, a, st->sender, count);
-  float* owner = residual(ctx, a, st->owner, l.len[r]);
+  float* owner = residual(ctx, a, st->owner, ownerNeed);
   if (!ctx.error().ok()) co_return;
+  size_t oOff = 0;
+  for (Segment& g : seg) {
+    g.acc = static_cast<float*>(ctx.scratch(std::max<size_t>(g.pieces.len[r], 1) * sizeof(float)));
+    if (g.acc == nullptr) co_return;
+    if (owner != nullptr) g.owner = owner + oOff;
+    oOff += g.pieces.len[r];
+  }
   const uint64_t pos = st->counter;
-  co_await scatterReduce(ctx, &all, wire, x, sender, pos, &l, acc);
-  if (!ctx.error().ok()) co_return;
-  scaleAvg(a, n, acc, l.len[r]);
-  co_await encodeGather(ctx, &all, wire, acc, owner, pos + count + l.off[r], &l, result);
-  if (!ctx.error().ok()) co_return;
+  const size_t K = seg.size();
+  for (size_t step = 0; step < K + 2; ++step) {
+    if (step < K) {
+      Segment& g = seg[step];
+      if (!postScatter(ctx, &all, wire, x + g.off, sender != nullptr ? sender + g.off : nullptr,
+                       pos + g.off, &g.pieces, &g.rs)) {
+        co_return;
+      }
+    }
+    if (step >= 1 && step <= K) {
+      Segment& g = seg[step - 1];
+      co_await finishScatter(ctx, &all, wire, x + g.off, &g.pieces, &g.rs, g.acc);
+      if (!ctx.error().ok()) co_return;
+      scaleAvg(a, n, g.acc, g.pieces.len[r]);
+      if (!postGather(ctx, &all, wire, g.acc, g.owner, pos + count + g.off + g.pieces.off[r],
+                      &g.pieces, &g.ag)) {
+        co_return;
+      }
+    }
+    if (step >= 2) {
+      Segment& g = seg[step - 2];
+      co_await finishGather(ctx, &all, wire, &g.pieces, &g.ag, result + g.off);
+      if (!ctx.error().ok()) co_return;
+    }
+  }
   if (a.dtype != tideFloat32) cmp::fromFloat(a.dtype, result, count, a.recvbuff);
   advance(a, st, 2 * static_cast<uint64_t>(count));
 }

@@ -11,10 +11,13 @@
 // pays on slow networks. Every rank ends with the same bytes (each chunk is
 // decoded from the same wire bytes everywhere, and the intra-node gather
 // copies or decodes identical chunks).
+// Buffers above kSegment elements are cut into segments of kSegment (the
+// last shorter), each laid out as above by itself, and pipelined: segment
+// k's inter-node transfers overlap segment k + 1's intra-node phase.
 // Error feedback: one residual per compression point, kept in the
-// compressor's sender residual ([0, N) intra reduce-scatter, [N, N + C)
-// inter-node reduce-scatter) and owner residual ([0, C) inter-node owner,
-// [C, 2 C) intra-node gather), C being the chunk bound ceil(N / L).
+// compressor's sender residual ([0, N) intra reduce-scatter, then each
+// segment's inter-node reduce-scatter chunk) and owner residual (each
+// segment's inter-node owner shard and intra-node gather chunk).
 // Stochastic rounding: positions counter + {0, N, 2N, 3N} + offset per point;
 // the counter then advances by 4N.
 #include <algorithm>
@@ -28,6 +31,19 @@ namespace tide {
 namespace {
 
 using namespace cmp;  // NOLINT(google-build-using-namespace): this file's vocabulary
+
+// Elements per pipeline segment (4 MiB of fp32): each is laid out by itself
+// (docs/compression.md).
+constexpr size_t kSegment = size_t{1} << 20;
+
+// One segment of the buffer as it moves through the four phases.
+struct Segment {
+  size_t off = 0, count = 0;
+  Pieces chunks, shards;
+  float *chunk = nullptr, *shard = nullptr, *reduced = nullptr;
+  float *interSender = nullptr, *interOwner = nullptr, *intraOwner = nullptr;  // residuals
+  Exchange b, c;  // inter-node reduce-scatter and gather
+};
 
 Task hierAllReduce(ExecCtx& ctx) {
   const CollArgs a = ctx.args();
@@ -43,40 +59,77 @@ Task hierAllReduce(ExecCtx& ctx) {
   const Wire inter = Wire::of(a.codec.id, a.codec.params);
   const Wire intra = p.interNodeOnly ? Wire::raw() : inter;
   codec::FeedbackState* st = stateOf(a);
-
-  const Pieces chunks = shardPieces(count, nodeRanks);
-  const size_t chunkMax = chunks.len[0];
-  const size_t mine = chunks.len[L.intra.idx];
-  const Pieces shards = shardPieces(mine, nodes);
-  const size_t shardLen = shards.len[L.inter.idx];
-
   const float* x = floatInput(ctx, a, count);
   float* result = floatOutput(ctx, a, count);
-  auto* chunk = static_cast<float*>(ctx.scratch(std::max<size_t>(mine, 1) * sizeof(float)));
-  auto* shard = static_cast<float*>(ctx.scratch(std::max<size_t>(shardLen, 1) * sizeof(float)));
-  auto* reduced = static_cast<float*>(ctx.scratch(std::max<size_t>(mine, 1) * sizeof(float)));
-  if (x == nullptr || result == nullptr || chunk == nullptr || shard == nullptr ||
-      reduced == nullptr || !ctx.error().ok()) {
-    co_return;
+  if (x == nullptr || result == nullptr || !ctx.error().ok()) co_return;
+
+  // Segments of kSegment elements go through the phases in a pipeline: while
+  // segment k's inter-node pieces are on the wire, segment k + 1 is reduced
+  // inside the node and segment k - 1 gathered.
+  std::vector<Segment> seg((count + kSegment - 1) / kSegment);
+  size_t senderNeed = count, ownerNeed = 0;
+  for (size_t k = 0; k < seg.size(); ++k) {
+    Segment& g = seg[k];
+    g.off = k * kSegment;
+    g.count = std::min(kSegment, count - g.off);
+    g.chunks = shardPieces(g.count, nodeRanks);
+    g.shards = shardPieces(g.chunks.len[L.intra.idx], nodes);
+    senderNeed += g.chunks.len[0];
+    ownerNeed += g.chunks.len[0] + g.shards.len[0];
   }
-  float* sender = residual(ctx, a, st->sender, count + chunkMax);
-  float* owner = residual(ctx, a, st->owner, 2 * chunkMax);
+  float* sender = residual(ctx, a, st->sender, senderNeed);
+  float* owner = residual(ctx, a, st->owner, ownerNeed);
   if (!ctx.error().ok()) co_return;
   const bool intraEf = sender != nullptr && !p.interNodeOnly;
+  size_t sOff = count, oOff = 0;
+  for (Segment& g : seg) {
+    const size_t mine = g.chunks.len[L.intra.idx];
+    const size_t shardLen = g.shards.len[L.inter.idx];
+    g.chunk = static_cast<float*>(ctx.scratch(std::max<size_t>(mine, 1) * sizeof(float)));
+    g.shard = static_cast<float*>(ctx.scratch(std::max<size_t>(shardLen, 1) * sizeof(float)));
+    g.reduced = static_cast<float*>(ctx.scratch(std::max<size_t>(mine, 1) * sizeof(float)));
+    if (g.chunk == nullptr || g.shard == nullptr || g.reduced == nullptr) co_return;
+    if (sender != nullptr) g.interSender = sender + sOff;
+    if (owner != nullptr) {
+      g.interOwner = owner + oOff;
+      g.intraOwner = intraEf ? owner + oOff + g.shards.len[0] : nullptr;
+    }
+    sOff += g.chunks.len[0];
+    oOff += g.chunks.len[0] + g.shards.len[0];
+  }
   const uint64_t pos = st->counter;
-
-  co_await scatterReduce(ctx, &L.intra, intra, x, intraEf ? sender : nullptr, pos, &chunks, chunk);
-  if (!ctx.error().ok()) co_return;
-  co_await scatterReduce(ctx, &L.inter, inter, chunk, sender != nullptr ? sender + count : nullptr,
-                         pos + count, &shards, shard);
-  if (!ctx.error().ok()) co_return;
-  scaleAvg(a, ctx.nranks(), shard, shardLen);
-  co_await encodeGather(ctx, &L.inter, inter, shard, owner,
-                        pos + 2 * count + shards.off[L.inter.idx], &shards, reduced);
-  if (!ctx.error().ok()) co_return;
-  co_await encodeGather(ctx, &L.intra, intra, reduced, intraEf ? owner + chunkMax : nullptr,
-                        pos + 3 * count + chunks.off[L.intra.idx], &chunks, result);
-  if (!ctx.error().ok()) co_return;
+  const size_t K = seg.size();
+  for (size_t step = 0; step < K + 2; ++step) {
+    if (step < K) {  // A: inside the node; B posted
+      Segment& g = seg[step];
+      co_await scatterReduce(ctx, &L.intra, intra, x + g.off, intraEf ? sender + g.off : nullptr,
+                             pos + g.off, &g.chunks, g.chunk);
+      if (!ctx.error().ok()) co_return;
+      if (!postScatter(ctx, &L.inter, inter, g.chunk, g.interSender, pos + count + g.off, &g.shards,
+                       &g.b)) {
+        co_return;
+      }
+    }
+    if (step >= 1 && step <= K) {  // B finished; C posted
+      Segment& g = seg[step - 1];
+      co_await finishScatter(ctx, &L.inter, inter, g.chunk, &g.shards, &g.b, g.shard);
+      if (!ctx.error().ok()) co_return;
+      scaleAvg(a, ctx.nranks(), g.shard, g.shards.len[L.inter.idx]);
+      if (!postGather(ctx, &L.inter, inter, g.shard, g.interOwner,
+                      pos + 2 * count + g.off + g.shards.off[L.inter.idx], &g.shards, &g.c)) {
+        co_return;
+      }
+    }
+    if (step >= 2) {  // C finished; D inside the node
+      Segment& g = seg[step - 2];
+      co_await finishGather(ctx, &L.inter, inter, &g.shards, &g.c, g.reduced);
+      if (!ctx.error().ok()) co_return;
+      co_await encodeGather(ctx, &L.intra, intra, g.reduced, g.intraOwner,
+                            pos + 3 * count + g.off + g.chunks.off[L.intra.idx], &g.chunks,
+                            result + g.off);
+      if (!ctx.error().ok()) co_return;
+    }
+  }
   if (a.dtype != tideFloat32) fromFloat(a.dtype, result, count, a.recvbuff);
   if (p.stochastic) st->counter += 4 * static_cast<uint64_t>(count);
 }

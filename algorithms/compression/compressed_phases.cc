@@ -59,35 +59,39 @@ hier::Group allRanks(const ExecCtx& ctx) {
   return g;
 }
 
-// Block p of x (pieces l) goes, encoded, to rank p; this rank's
-// block is summed (its own values exact, the peers' decoded) in rank order
-// into acc (len[r] floats). resid: the sender's residual over x, or null.
-Task scatterReduce(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x, float* resid,
-                   uint64_t pos, const Pieces* l, float* acc) {
+bool postScatter(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x, float* resid,
+                 uint64_t pos, const Pieces* l, Exchange* ex) {
   const int n = g->size(), r = g->idx;
   const size_t mine = l->len[r];
-  std::vector<char*> out(n, nullptr), in(n, nullptr);
+  ex->in.assign(n, nullptr);
+  ex->recvs.assign(n, Pending{});
+  ex->sends.clear();
   // Receives first, then each piece is sent as soon as it is encoded: the
   // wire carries one piece while the next is encoded.
-  std::vector<Pending> recvs(n);
   for (int s = 1; s < n; ++s) {
     const int q = (r - s + n) % n;
-    in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(mine))));
-    if (in[q] == nullptr) co_return;
-    recvs[q] = ctx.recv(g->ranks[q], in[q], wire.bytes(mine));
+    ex->in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(mine))));
+    if (ex->in[q] == nullptr) return false;
+    ex->recvs[q] = ctx.recv(g->ranks[q], ex->in[q], wire.bytes(mine));
   }
-  std::vector<Pending> sends;
   for (int s = 1; s < n; ++s) {
     const int p = (r + s) % n;
-    out[p] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[p]))));
-    if (out[p] == nullptr) co_return;
+    auto* out = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[p]))));
+    if (out == nullptr) return false;
     if (!wire.encode(x + l->off[p], resid != nullptr ? resid + l->off[p] : nullptr, l->len[p],
-                     pos + l->off[p], out[p])) {
+                     pos + l->off[p], out)) {
       fail(ctx, "encoding");
-      co_return;
+      return false;
     }
-    sends.push_back(ctx.send(g->ranks[p], out[p], wire.bytes(l->len[p])));
+    ex->sends.push_back(ctx.send(g->ranks[p], out, wire.bytes(l->len[p])));
   }
+  return true;
+}
+
+Task finishScatter(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x, const Pieces* l,
+                   Exchange* ex, float* acc) {
+  const int n = g->size(), r = g->idx;
+  const size_t mine = l->len[r];
   if (mine > 0) std::memset(acc, 0, mine * sizeof(float));
   for (int q = 0; q < n; ++q) {
     if (q == r) {
@@ -95,14 +99,21 @@ Task scatterReduce(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x
       for (size_t i = 0; i < mine; ++i) acc[i] += own[i];
       continue;
     }
-    co_await ctx.wait(recvs[q]);
+    co_await ctx.wait(ex->recvs[q]);
     if (!ctx.error().ok()) co_return;
-    if (!wire.decodeAcc(in[q], mine, acc)) {
+    if (!wire.decodeAcc(ex->in[q], mine, acc)) {
       fail(ctx, "decoding");
       co_return;
     }
   }
-  if (!sends.empty()) co_await ctx.waitAll(sends);
+  if (!ex->sends.empty()) co_await ctx.waitAll(ex->sends);
+}
+
+Task scatterReduce(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x, float* resid,
+                   uint64_t pos, const Pieces* l, float* acc) {
+  Exchange ex;
+  if (!postScatter(ctx, g, wire, x, resid, pos, l, &ex)) co_return;
+  co_await finishScatter(ctx, g, wire, x, l, &ex, acc);
 }
 
 void scaleAvg(const CollArgs& a, int n, float* v, size_t count) {
@@ -111,44 +122,54 @@ void scaleAvg(const CollArgs& a, int n, float* v, size_t count) {
   for (size_t i = 0; i < count; ++i) v[i] *= inv;
 }
 
-// This member's block `mine` (len[r] floats) is
-// encoded once (resid: a residual over it, or null) and sent to every peer;
-// every block, this rank's included, is decoded into result (fp32, layout l).
-Task encodeGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mine, float* resid,
-                  uint64_t pos, const Pieces* l, float* result) {
+bool postGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mine, float* resid,
+                uint64_t pos, const Pieces* l, Exchange* ex) {
   const int n = g->size(), r = g->idx;
-  std::vector<char*> in(n, nullptr);
-  std::vector<Pending> recvs(n);
+  ex->in.assign(n, nullptr);
+  ex->recvs.assign(n, Pending{});
+  ex->sends.clear();
   for (int s = 1; s < n; ++s) {
     const int q = (r - s + n) % n;
-    in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[q]))));
-    if (in[q] == nullptr) co_return;
-    recvs[q] = ctx.recv(g->ranks[q], in[q], wire.bytes(l->len[q]));
+    ex->in[q] = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[q]))));
+    if (ex->in[q] == nullptr) return false;
+    ex->recvs[q] = ctx.recv(g->ranks[q], ex->in[q], wire.bytes(l->len[q]));
   }
-  char* own = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[r]))));
-  if (own == nullptr) co_return;
-  if (!wire.encode(mine, resid, l->len[r], pos, own)) {
+  ex->own = static_cast<char*>(ctx.scratch(alignedBytes(wire.bytes(l->len[r]))));
+  if (ex->own == nullptr) return false;
+  if (!wire.encode(mine, resid, l->len[r], pos, ex->own)) {
     fail(ctx, "encoding");
-    co_return;
+    return false;
   }
-  std::vector<Pending> sends;
   for (int s = 1; s < n; ++s) {
-    sends.push_back(ctx.send(g->ranks[(r + s) % n], own, wire.bytes(l->len[r])));
+    ex->sends.push_back(ctx.send(g->ranks[(r + s) % n], ex->own, wire.bytes(l->len[r])));
   }
-  if (!wire.decode(own, l->len[r], result + l->off[r])) {
+  return true;
+}
+
+Task finishGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const Pieces* l, Exchange* ex,
+                  float* result) {
+  const int n = g->size(), r = g->idx;
+  if (!wire.decode(ex->own, l->len[r], result + l->off[r])) {
     fail(ctx, "decoding");
     co_return;
   }
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
-    co_await ctx.wait(recvs[q]);
+    co_await ctx.wait(ex->recvs[q]);
     if (!ctx.error().ok()) co_return;
-    if (!wire.decode(in[q], l->len[q], result + l->off[q])) {
+    if (!wire.decode(ex->in[q], l->len[q], result + l->off[q])) {
       fail(ctx, "decoding");
       co_return;
     }
   }
-  if (!sends.empty()) co_await ctx.waitAll(sends);
+  if (!ex->sends.empty()) co_await ctx.waitAll(ex->sends);
+}
+
+Task encodeGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mine, float* resid,
+                  uint64_t pos, const Pieces* l, float* result) {
+  Exchange ex;
+  if (!postGather(ctx, g, wire, mine, resid, pos, l, &ex)) co_return;
+  co_await finishGather(ctx, g, wire, l, &ex, result);
 }
 
 // fp32 result space: the receive buffer itself (float32) or scratch.

@@ -30,6 +30,29 @@ Pieces blockPieces(size_t block, int parts);
 // Ranks 0..n-1 in rank order, this rank at its own index.
 hier::Group allRanks(const ExecCtx& ctx);
 
+// The transfers of one phase between its post and its finish (split-phase
+// use lets a row start the next segment's work while this one is on the
+// wire; the wrappers below post and finish at once). Members are filled by
+// the post functions.
+struct Exchange {
+  std::vector<char*> in;
+  std::vector<Pending> recvs, sends;
+  char* own = nullptr;  // gather: this member's encoded piece
+};
+
+// Posts the receives, then encodes and sends each peer's piece (no wait).
+// False (error set on ctx) when scratch or encoding failed.
+bool postScatter(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x, float* resid,
+                 uint64_t pos, const Pieces* pieces, Exchange* ex);
+// Waits for the pieces in member order and sums them with this member's own
+// (x must still hold it) into acc; then waits for the sends.
+Task finishScatter(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x,
+                   const Pieces* pieces, Exchange* ex, float* acc);
+bool postGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mine, float* resid,
+                uint64_t pos, const Pieces* pieces, Exchange* ex);
+Task finishGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const Pieces* pieces,
+                  Exchange* ex, float* result);
+
 // resid: a residual over x (indexed like x) added before encoding, or null.
 // pos: the stochastic-rounding position of x[0]. acc: the member's piece
 // (len[g.idx] floats). Errors are set on ctx.

@@ -231,6 +231,46 @@ int Ring(ThreadRank& ctx) {
   return 0;
 }
 
+// Buffers of several pipeline segments (cmp_hier cuts above 2^20 elements,
+// cmp_a2a too): every element within a coarse bound (every compression
+// point's step at the largest magnitude) and the outputs byte-identical.
+int Big(ThreadRank& ctx) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t N = (size_t{5} << 19) + 3;  // 2.5 segments
+  for (tideCodec_t codec : {tideCodecInt8, tideCodecBf16}) {
+    std::vector<float> in(N), out(N);
+    for (size_t i = 0; i < N; ++i)
+      in[i] = static_cast<float>(static_cast<long long>((i * 31 + me * 7) % 201) - 100) / 64;
+    tideCompressor_t k = Make(ctx.comm, codec, 256, 0.01, 1, 0, 9);
+    if (k == nullptr) return 1;
+    CHECK_RC(tideAllReduceCompressed(in.data(), out.data(), N, tideFloat32, tideSum, k, ctx.comm,
+                                     nullptr));
+    CHECK_RC(tideCompressorDestroy(k));
+    const double big = 100.0 / 64 * n;  // the largest possible |sum|
+    const double step = codec == tideCodecInt8 ? big / 127 : big * std::ldexp(1.0, -8);
+    for (size_t i = 0; i < N; ++i) {
+      double want = 0;
+      for (int r = 0; r < n; ++r)
+        want += static_cast<double>(static_cast<long long>((i * 31 + r * 7) % 201) - 100) / 64;
+      if (!(std::fabs(out[i] - want) <= 4 * n * step)) {
+        ctx.Logf("rank %d: codec %d: element %zu is %g, want %g\n", me, codec, i, out[i], want);
+        return 1;
+      }
+    }
+    uint64_t h = Fnv(out.data(), N * sizeof(float));
+    std::vector<uint64_t> all(n);
+    CHECK_RC(tideAllGather(&h, all.data(), 1, tideUint64, ctx.comm, nullptr));
+    for (int r = 0; r < n; ++r) {
+      if (all[r] != h) {
+        ctx.Logf("rank %d: codec %d: output differs from rank %d's\n", me, codec, r);
+        return 1;
+      }
+    }
+  }
+  ctx.Logf("rank %d: multi-segment buffers within the coarse bound\n", me);
+  return 0;
+}
+
 void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nullptr,
               const char* algo = nullptr) {
   ProcessRunOptions o;
@@ -274,6 +314,8 @@ TEST(CompressNodes, TwoByTwoHier) { RunRanks(4, "matrix", false, "aabb", "cmp_hi
 TEST(CompressNodes, ThreeByTwoHier) { RunRanks(6, "matrix", false, "abcabc", "cmp_hier"); }
 TEST(CompressFeedback, Steps200) { RunRanks(2, "feedback", false); }
 TEST(CompressState, SaveRestore) { RunRanks(3, "state", false); }
+TEST(CompressBig, Hier2x2) { RunRanks(4, "big", false, "aabb", "cmp_hier"); }
+TEST(CompressBig, A2a3) { RunRanks(3, "big", false, nullptr, "cmp_a2a"); }
 TEST(CompressRing, Ranks4) { RunRanks(4, "ring", false, nullptr, "cmp_ring"); }
 TEST(CompressBadInput, NamedErrors) { RunRanks(2, "bad", false); }
 
@@ -287,6 +329,7 @@ int main(int argc, char** argv) {
     if (w == "state") return tide_test::RunEnvRank(tide_test::StateRestore);
     if (w == "bad") return tide_test::RunEnvRank(tide_test::BadInput);
     if (w == "ring") return tide_test::RunEnvRank(tide_test::Ring);
+    if (w == "big") return tide_test::RunEnvRank(tide_test::Big);
     fprintf(stderr, "unknown worker %s\n", w.c_str());
     return 2;
   }
