@@ -5,14 +5,14 @@
 // (codec_common.h, codec_scalar.cc). codec_device.cc launches them.
 //
 // Compiled by nvcc into its own fat binary (sm_80, sm_90, compute_90 PTX;
-// src/cuda/meson.build, with --fmad=false). Every fp32 operation is also
-// written as an explicit round-to-nearest intrinsic (__fadd_rn, __fsub_rn,
-// __fmul_rn, __fdiv_rn), which nvcc never contracts into a fused
-// multiply-add, and the build keeps denormals (no -ftz): each operation
-// rounds once, as on the host.
+// src/cuda/meson.build, with --fmad=false --ftz=false). Every fp32
+// operation is also written as an explicit round-to-nearest intrinsic
+// (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn), which nvcc never contracts
+// into a fused multiply-add, and denormals are kept: each operation rounds
+// once, as on the host.
 //
 // Kernels (extern "C"; n, block and counts are unsigned long long; any grid,
-// blockDim.x a multiple of 32 and at most 256):
+// blockDim.x at most 256, a multiple of 32 for tide_cc_amax_cta):
 //  * tide_cc_enc16_<c>(x, residual, out, n), c 0 = fp16, 1 = bf16: out =
 //    encode(x), or with a non-null residual the fused error feedback.
 //  * tide_cc_dec16_<c>(in, y, n, acc): y = decode(in) (acc 0) or y += it.
