@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/backend.h"
+#include "common/compress.h"
 #include "common/data.h"
 #include "tide/tide.h"
 
@@ -36,6 +37,9 @@ struct Bench {
   void* send = nullptr;       // pointers passed to the call (set by SetPointers)
   void* recv = nullptr;
   uint64_t seed = 0;  // fresh per check; used for garbage fills
+  // --compress: this variant's compressor (the Compressed call is issued);
+  // nullptr: the plain collective.
+  tideCompressor_t compressor = nullptr;
 };
 
 struct Collective {
@@ -66,7 +70,9 @@ void GarbageRecv(const Bench& b);
 
 // Runs the tool; returns the process exit status (0 only if every call
 // succeeded and every check passed). May exit the process on a failed call.
-int PerfMain(int argc, char** argv, const Collective& coll);
+// `compress`: the tool's compressed form (--compress), kNone when it has none.
+int PerfMain(int argc, char** argv, const Collective& coll,
+             CompressKind compress = CompressKind::kNone);
 
 }  // namespace tide_perf
 
