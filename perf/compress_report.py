@@ -16,8 +16,10 @@ The uncompressed Tide rows report rank 0's traffic (the plain tool prints no max
 
 Theory of the bytes a rank sends per All-Reduce call, n ranks (ppn per node), N float32
 elements, S = ceil(N / n), block B: W(S) = 2 S (fp16, bf16), 4 ceil(S / B) + S (int8),
-4 ceil(S / B) + ceil(S / 2) (int4); wire = (n - 1) 2 W(S), inter-node (flat all-to-all
-layout: n - ppn of the n - 1 peers are on other nodes) (n - ppn) 2 W(S); top-k:
+4 ceil(S / B) + ceil(S / 2) (int4); wire = (n - 1) 2 W(S); inter-node: flat all-to-all
+layout (n - ppn of the n - 1 peers are on other nodes) (n - ppn) 2 W(S), hierarchical
+layout (reduced inside the node, then compressed among the nodes) (nodes - 1) 2 W(S_h),
+S_h = ceil(ceil(N / ppn) / nodes); the table compares with the nearer one. Top-k:
 (n - 1) 8 k and (n - ppn) 8 k with k = max(1, ceil(ratio N)); uncompressed ring:
 2 (n - 1) / n 4 N. Exit status 1 when a launch failed or a check counted wrong values.
 """
@@ -99,20 +101,37 @@ def worst(rows, key):
     return max(vals) if vals else None
 
 
+def wire_bytes(codec, s, block):
+    """W(s): bytes of one encoded shard of s float32 elements."""
+    return {"fp16": 2 * s, "bf16": 2 * s, "int8": 4 * -(-s // block) + s,
+            "int4": 4 * -(-s // block) + -(-s // 2)}.get(codec)
+
+
 def theory(codec, n, ppn, count, block):
-    """(wire bytes per rank, inter-node bytes per rank) of one All-Reduce call."""
+    """(wire bytes per rank, {layout: inter-node bytes per rank}) of one All-Reduce call.
+    Layouts: flat (the all-to-all over all n ranks: n - ppn of a rank's n - 1 peers are
+    remote) and hier (reduced inside the node first, then the all-to-all among the nodes'
+    ranks of the same local index: nodes - 1 remote peers, shards of
+    ceil(ceil(N / ppn) / nodes))."""
+    nodes = n // ppn
     if codec in ("tide", "none"):
-        return 2.0 * (n - 1) / n * 4 * count, None
+        return 2.0 * (n - 1) / n * 4 * count, {}
     if codec.startswith("topk"):
         ratio = float(codec.split(":")[1]) if ":" in codec else 0.01
         k = max(1, math.ceil(ratio * count))
-        return (n - 1) * 8 * k, (n - ppn) * 8 * k
-    s = -(-count // n)
-    w = {"fp16": 2 * s, "bf16": 2 * s, "int8": 4 * -(-s // block) + s,
-         "int4": 4 * -(-s // block) + -(-s // 2)}.get(codec)
+        return (n - 1) * 8 * k, {"flat": (n - ppn) * 8 * k}
+    w = wire_bytes(codec, -(-count // n), block)
     if w is None:
+        return None, {}
+    wh = wire_bytes(codec, -(-(-(-count // ppn)) // nodes), block)
+    return (n - 1) * 2 * w, {"flat": (n - ppn) * 2 * w, "hier": (nodes - 1) * 2 * wh}
+
+
+def closest(measured, layouts):
+    """(layout, theory) of `layouts` nearest to `measured`; (None, None) when none."""
+    if measured is None or not layouts:
         return None, None
-    return (n - 1) * 2 * w, (n - ppn) * 2 * w
+    return min(layouts.items(), key=lambda kv: abs(measured - kv[1]))
 
 
 def human(n):
@@ -157,23 +176,27 @@ def main_table(data, meta, out):
                 continue
             t = med(rows, "time")
             wire, inter, src = wire_of(rows, n) if v != "mpi" else (None, None, "")
-            th, ith = theory(v, n, ppn, count, block) if v != "mpi" else (None, None)
+            th, layouts = theory(v, n, ppn, count, block) if v != "mpi" else (None, {})
+            layout, ith = closest(inter, layouts)
             ratio = inter / ith if inter is not None and ith else None
             speed = t_tide / t if t_tide and t else None
             wrong = sum(r.get("wrong", 0) for r in rows)
             row = {"size": size, "variant": v, "time_us": t, "busbw": med(rows, "busbw"),
                    "wire_per_rank": wire, "inter_per_rank": inter, "traffic_source": src,
-                   "theory_wire": th, "theory_inter": ith, "inter_over_theory": ratio,
+                   "theory_wire": th, "theory_inter": ith, "inter_layout": layout,
+                   "inter_over_theory": ratio,
                    "tide_over_variant": speed, "maxabs": worst(rows, "maxabs"),
                    "maxrel": worst(rows, "maxrel"), "wrong": wrong, "runs": len(rows)}
             summary.append(row)
             print("%-11s %11.0f %7.3f %12s %12s %12s %12s %7s %8s %10s %6d" % (
                 v, t, row["busbw"], fmt(wire, ".0f", 12) + ("*" if src == "r0" else ""),
-                fmt(inter, ".0f", 12), fmt(th, ".0f", 12), fmt(ith, ".0f", 12),
+                fmt(inter, ".0f", 12), fmt(th, ".0f", 12),
+                fmt(ith, ".0f", 12) + {"flat": "f", "hier": "h"}.get(layout, ""),
                 fmt(ratio, ".3f", 7), fmt(speed, ".2f", 8), fmt(row["maxabs"], ".3g", 10),
                 wrong))
-        print("  (*: rank 0's counters; tide/x: uncompressed Tide time / this time; inter: "
-              "mean over ranks; i/theo: inter-node bytes / the flat layout's theory)")
+        print("  (*: rank 0's counters; inter: mean over ranks; inter-theory: the nearer of "
+              "the flat (f) and hierarchical (h)\n   layouts' theory; i/theo: inter/rank over "
+              "it; tide/x: uncompressed Tide time / this time)")
         verdicts(summary, size)
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         if summary:
@@ -222,7 +245,7 @@ def sweep_table(data, meta, out):
         aw, _, _ = wire_of(data.get("auto", {}).get(size, []), n)
         like = "?"
         if aw:
-            cands = {c: theory(c, n, ppn, size // 4, block)[0]
+            cands = {c: wire_bytes(c, -(-(size // 4) // n), block) * 2 * (n - 1)
                      for c in ("fp16", "int8", "int4")}
             cands["none"] = wire_of(data.get("tide", {}).get(size, []), n)[0]
             for c, th in cands.items():

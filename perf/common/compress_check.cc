@@ -17,8 +17,8 @@
 //                  top-k sum_r t_r + F (M = recvcount, the destination shard)
 //   AllGather:     fp16/bf16 u |x| + F (+ 2^-25 fp16); int h s + F; top-k
 //                  t_r + F (M = sendcount)
-//   none:          the plain collective: F + (n - 1) u_dt A (+ (n - 1) 2^-25
-//                  for half) for All-Reduce and ReduceScatter, 0 for AllGather
+//   none:          the plain collective: F + n u_dt A (+ n 2^-25 for half)
+//                  for All-Reduce and ReduceScatter, 0 for AllGather
 //   auto:          the largest of the none, fp16, bf16 and int8 bounds.
 // Avg: the reference is S / n and every term above except the 2^-25 ones is
 // divided by n. A bfloat16 or half result adds its own rounding:
@@ -98,8 +98,8 @@ double CodecBound(const Ctx& c, tideCodec_t codec, const Elem& e) {
     case tideCodecNone:
       // The plain collective: a bfloat16 or half reduction rounds its partial
       // sums in the datatype (the result's own rounding is added by Bound).
-      rel = reduce ? f + (n - 1) * c.u_out * e.abs : 0;
-      if (reduce) abs = (n - 1) * c.abs_out;
+      rel = reduce ? f + n * c.u_out * e.abs : 0;
+      if (reduce) abs = n * c.abs_out;
       break;
     case tideCodecFp16:
     case tideCodecBf16: {
