@@ -40,15 +40,28 @@ constexpr uint32_t collBit(CollType t) { return 1u << static_cast<unsigned>(t); 
 // One operation, after validation and lowering (Avg is already turned into
 // Sum by the core; `reduce` is the kernel for dtype x op, or null when the
 // collective does not reduce).
+struct CodecParams;  // core/codec.h
+
 // The payload transform of an operation: what a rank puts on the wire for
-// its elements (the compression issue plugs codecs in here). Every byte
-// count a rank sends or publishes is computed through it (wireBytes), never
-// assumed to be count x element size.
+// its elements (include/tide/compress.h; core/codec.h). Every byte count a
+// rank sends or publishes is computed through it (wireBytes), never assumed
+// to be count x element size.
 struct Codec {
-  int id = 0;  // 0: none (the plain collective: elements travel as they are)
-  // Bytes on the wire for `count` elements of `elemSize` bytes.
-  uint64_t wireBytes(uint64_t count, uint64_t elemSize) const { return count * elemSize; }
+  int id = 0;  // tideCodec_t; 0: none (the plain collective: elements travel as they are)
+  // tideAvg on a compressed call: the row scales its fp32 sum by 1/n (the
+  // planner's lowering records it here instead of pre-scaling the inputs).
+  bool avg = false;
+  const CodecParams* params = nullptr;  // the compressor's (id != 0)
+  void* state = nullptr;                // the compressor's state (CodecProvider::newState)
+  // Bytes on the wire for one encoded piece of `count` elements of `elemSize`
+  // bytes (compressed: of `count` fp32 values, whatever the input type).
+  uint64_t wireBytes(uint64_t count, uint64_t elemSize) const;
 };
+// Wire bytes of a compressed piece (core/registry.cc, via the CodecProvider).
+uint64_t codecWireBytes(const Codec& c, uint64_t count);
+inline uint64_t Codec::wireBytes(uint64_t count, uint64_t elemSize) const {
+  return id == 0 ? count * elemSize : codecWireBytes(*this, count);
+}
 
 struct CollArgs {
   CollType type = CollType::AllReduce;

@@ -74,3 +74,49 @@ void registerTopologyProvider(const TopologyProvider* provider) { topoSlot() = p
 const TopologyProvider* topologyProvider() { return topoSlot(); }
 
 }  // namespace tide
+
+// ---- Codecs ------------------------------------------------------------------------
+
+#include "core/algorithm.h"
+#include "core/codec.h"
+
+namespace tide {
+
+namespace {
+const CodecProvider*& codecSlot() {
+  static const CodecProvider* p = nullptr;
+  return p;
+}
+}  // namespace
+
+void registerCodecProvider(const CodecProvider* provider) { codecSlot() = provider; }
+const CodecProvider* codecProvider() { return codecSlot(); }
+
+const char* codecName(int id) {
+  switch (id) {
+    case kCodecNone:
+      return "none";
+    case kCodecFp16:
+      return "fp16";
+    case kCodecBf16:
+      return "bf16";
+    case kCodecInt8:
+      return "int8";
+    case kCodecInt4:
+      return "int4";
+    case kCodecTopK:
+      return "topk";
+    case kCodecAuto:
+      return "auto";
+    default:
+      return "invalid";
+  }
+}
+
+uint64_t codecWireBytes(const Codec& c, uint64_t count) {
+  const CodecProvider* p = codecProvider();
+  if (p == nullptr || c.params == nullptr) return count * 4;
+  return p->wireBytes(c.id, *c.params, count);
+}
+
+}  // namespace tide

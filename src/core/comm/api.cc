@@ -11,6 +11,7 @@
 #include "core/boot/bootstrap.h"
 #include "core/boot/env_init.h"
 #include "core/comm.h"
+#include "core/comm/api_call.h"
 #include "core/comm/shrink.h"
 #include "core/config.h"
 #include "core/device/device_stream.h"
@@ -23,8 +24,6 @@
 #include "tide/tide.h"
 #include "tide_build_config.h"
 
-#define TIDE_API extern "C" __attribute__((visibility("default")))
-
 using tide::Status;
 
 namespace {
@@ -32,9 +31,11 @@ namespace {
 thread_local std::string tLastError;
 thread_local std::string tLastErrorCopy;
 
+}  // namespace
+
 // Never throws: it runs outside the entry points' try blocks, possibly right
 // after an out-of-memory error.
-void recordError(const char* fn, tideComm* comm, const Status& s) noexcept {
+void tide::recordApiError(const char* fn, tideComm* comm, const Status& s) noexcept {
   try {
     std::string msg = std::string(fn) + ": " + s.message();
     tLastError = msg;
@@ -47,34 +48,10 @@ void recordError(const char* fn, tideComm* comm, const Status& s) noexcept {
   }
 }
 
-template <class F>
-tideResult_t guarded(const char* fn, tideComm* comm, F&& body) {
-  Status s;
-  try {
-    s = body();
-  } catch (const std::bad_alloc&) {
-    s = tide::systemError("out of memory");
-  } catch (const std::exception& e) {
-    s = tide::internalError("unexpected exception: %s", e.what());
-  } catch (...) {
-    s = tide::internalError("unexpected exception");
-  }
-  if (!s.ok() && s.code() != tideInProgress) recordError(fn, comm, s);
-  return s.code();
-}
+namespace {
 
-// For calls that use an existing communicator: counts the call as a user so
-// a concurrent tideCommAbort frees nothing under it.
-template <class F>
-tideResult_t commCall(const char* fn, tideComm* comm, F&& body) {
-  if (comm == nullptr) {
-    return guarded(fn, nullptr, [&] { return tide::invalidArgument("comm is NULL"); });
-  }
-  comm->users.fetch_add(1);
-  tideResult_t r = guarded(fn, comm, body);
-  comm->users.fetch_sub(1);
-  return r;
-}
+using tide::commCall;
+using tide::guarded;
 
 void waitUnused(tideComm* comm) {
   while (comm->users.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));

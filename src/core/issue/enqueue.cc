@@ -267,7 +267,9 @@ Status lowerReduction(OpDesc* d, int op) {
   if (op == tideAvg) {
     a.op = RedOp::Sum;
     d->avg = true;
-    if (dtypeIsFloat(a.dtype)) {
+    if (a.codec.id != 0) {
+      a.codec.avg = true;  // the compressed row scales its fp32 sum
+    } else if (dtypeIsFloat(a.dtype)) {
       d->preScale = 1.0 / d->comm->nranks;
     } else {
       d->postDiv = static_cast<uint64_t>(d->comm->nranks);
@@ -285,7 +287,7 @@ Status lowerReduction(OpDesc* d, int op) {
 }  // namespace
 
 Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
-               void* recvbuff, size_t count, int dtype, int op, int root) {
+               void* recvbuff, size_t count, int dtype, int op, int root, const Codec* codec) {
   Status v = validate(comm, type, sendbuff, recvbuff, count, dtype, op, root);
   if (!v.ok()) {
     if (tGroup.depth > 0 && tGroup.firstError.ok()) tGroup.firstError = v;
@@ -319,11 +321,15 @@ Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* se
   a.elemSize = dtypeSize(a.dtype);
   a.root = root;
   a.mem = MemType::Host;
+  if (codec != nullptr) a.codec = *codec;
   TIDE_TRY(lowerReduction(&d, op));
   const bool grouped = tGroup.depth > 0;
   TIDE_TRY(planRoute(&d, !grouped));
   auto tagOf = [&](size_t n) {
-    return opTagOf(comm->collCount++, static_cast<int>(type), n, dtype, reduces(type) ? op : -1,
+    // The codec is part of the operation: ranks that disagree on it fail as
+    // a mismatch, never exchange foreign wire formats.
+    return opTagOf(comm->collCount++, static_cast<int>(type), n, dtype + 256 * a.codec.id,
+                   reduces(type) ? op : -1,
                    (type == CollType::Broadcast || type == CollType::Reduce) ? root : -1);
   };
   // Every rank plans the same route, so sequence numbers and tags (one per

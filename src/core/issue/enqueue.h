@@ -16,8 +16,11 @@ namespace tide {
 
 // Validates one call and, unless inside a group, runs it (NULL stream) or
 // queues it on its host stream. Inside a group it is held until GroupEnd.
+// `codec`: a compressed call's codec (include/tide/compress.h, validated by
+// the caller; id, params and state; not kCodecAuto), or null.
 Status issueOp(tideComm* comm, tideStream* stream, CollType type, const void* sendbuff,
-               void* recvbuff, size_t count, int dtype, int op, int rootOrPeer);
+               void* recvbuff, size_t count, int dtype, int op, int rootOrPeer,
+               const Codec* codec = nullptr);
 
 // The small-collective lane of a communicator (core/lane.h, tideComm::lane).
 // attachLane takes ownership; detachLane destroys it. Call only while nothing

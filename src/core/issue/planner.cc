@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/codec.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/device/device_stream.h"
@@ -197,6 +198,26 @@ const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm,
                          (!forced->supports || forced->supports(args, comm->nranks));
   if (wasForced != nullptr) *wasForced = useForced;
   return useForced ? forced : cachedAutoAlgo(args, comm);
+}
+
+int chooseCodec(const CollArgs& args, const tideComm* comm) {
+  if (comm->topo.singleNode() || comm->nranks < 2) return kCodecNone;
+  int best = kCodecNone;
+  double bestUs = 0;
+  for (int id : {int{kCodecNone}, int{kCodecBf16}, int{kCodecInt8}}) {
+    CollArgs c = args;
+    c.codec.id = id;
+    const AlgorithmInfo* row = chooseAlgorithm(c, comm);
+    if (row == nullptr || row->predictUs == nullptr) continue;
+    const double us = row->predictUs(c, comm->topo, comm->chunkBytes);
+    // A lossier codec must win clearly (by more than the model's error):
+    // the candidates come in order of increasing loss.
+    if (id == kCodecNone || us < 0.9 * bestUs) {
+      best = id;
+      bestUs = us;
+    }
+  }
+  return best;
 }
 
 Status planRoute(OpDesc* op, bool alone) {

@@ -36,6 +36,14 @@ namespace tide {
 // the engine's creation broke the bootstrap.
 Status planRoute(OpDesc* op, bool alone);
 
+// tideCodecAuto: the codec (a CodecId) a compressed call of `args` runs
+// with, from the cost model: the cheapest of none, bf16 and int8 by the rows'
+// predictions over the communicator's link classes; none on a communicator
+// whose ranks are all on one node (never a lossy codec over shared memory).
+// args.codec carries the compressor's params and state. The same on every
+// rank (a function of the call and the shared topology).
+int chooseCodec(const CollArgs& args, const tideComm* comm);
+
 // The table row that runs `args` on `comm`, among the rows of args.mem's
 // kind (host or device): TIDE_ALGO's forced row where it supports the call,
 // else the cost model's choice. *wasForced (when given) tells which.
