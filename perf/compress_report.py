@@ -299,6 +299,7 @@ def plots(out, summary, sweep, sweep_variants):
         tics = ", ".join('"%s" %d' % (human(r["size"]), r["size"]) for r in sweep)
         gp += ['set output "compress_sweep.png"', "set logscale x 2", "set logscale y 10",
                "set xtics (%s) rotate by -45" % tics,
+               "set xrange [%g:%g]" % (sweep[0]["size"] / 1.5, sweep[-1]["size"] * 1.5),
                'set title "All-Reduce: auto against uncompressed, bf16 and int8"',
                'set xlabel "size (bytes)"', 'set ylabel "median time (us)"',
                'set y2label "auto/best"', "set y2range [0:2]", "set y2tics", "set key top left",
