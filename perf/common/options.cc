@@ -181,10 +181,10 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Compres
         }
         break;
       case 'm':
-        o->notes.push_back("-m (aggregated iterations) is ignored: each call is timed alone");
+        o->notes.emplace_back("-m (aggregated iterations) is ignored: each call is timed alone");
         break;
       case 'G':
-        o->notes.push_back("-G (CUDA graphs) is ignored: host buffers have no graphs");
+        o->notes.emplace_back("-G (CUDA graphs) is ignored: host buffers have no graphs");
         break;
       case 'h':
         if (printer) Usage(argv[0]);
