@@ -4,9 +4,11 @@
 // Tide's tideCommInitFromEnv, or MPI when the harness is built with
 // TIDE_PERF_MPI (the *_perf_mpi tools). A tool describes its collective with a
 // Collective table and calls PerfMain, which
-// parses the command line, loops over data types, ops, roots and sizes, times
-// out-of-place and in-place runs, checks results and prints nccl-tests-shaped
-// output on rank 0. Single-threaded; uses only the public API (or MPI).
+// parses the command line (options.h), loops over data types, ops, roots and
+// sizes, times out-of-place and in-place runs, checks results and prints
+// nccl-tests-shaped output on rank 0. With --compress (compress.h) the tools
+// that pass a CompressKind call the compressed collectives instead and print
+// three more columns. Single-threaded; uses only the public API (or MPI).
 #ifndef TIDE_PERF_COMMON_HARNESS_H_
 #define TIDE_PERF_COMMON_HARNESS_H_
 
