@@ -13,186 +13,92 @@
 // the owner's covers its reduced shard and is added before the second.
 // Stochastic rounding draws positions counter + offset (first phase) and
 // counter + N + offset (second); the counter then advances by 2N.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "algorithms/compression/compressed_wire.h"
+#include "algorithms/compression/compressed_phases.h"
 #include "core/registry.h"
 
 namespace tide {
 
 namespace {
 
-using cmp::Wire;
-
-struct Layout {
-  std::vector<size_t> off, len;
-};
-
-Layout shardLayout(size_t n, int ranks) {
-  Layout l;
-  const cmp::Shards s(n, ranks);
-  for (int p = 0; p < ranks; ++p) {
-    l.off.push_back(s.offset(p));
-    l.len.push_back(s.length(p));
-  }
-  return l;
-}
-
-Layout blockLayout(size_t block, int ranks) {
-  Layout l;
-  for (int p = 0; p < ranks; ++p) {
-    l.off.push_back(block * static_cast<size_t>(p));
-    l.len.push_back(block);
-  }
-  return l;
-}
-
-// The call's input as fp32: the buffer itself (float32) or a converted copy.
-const float* floatInput(ExecCtx& ctx, const CollArgs& a, size_t n) {
-  if (a.dtype == tideFloat32 || n == 0) return static_cast<const float*>(a.sendbuff);
-  auto* x = static_cast<float*>(ctx.scratch(n * sizeof(float)));
-  if (x != nullptr) cmp::toFloat(a.dtype, a.sendbuff, n, x);
-  return x;
-}
-
-codec::FeedbackState* stateOf(const CollArgs& a) {
-  return static_cast<codec::FeedbackState*>(a.codec.state);
-}
-
-// Sizes a residual for this call (its count is fixed by the compressor);
-// null when error feedback is off.
-float* residual(ExecCtx& ctx, const CollArgs& a, codec::Residual& r, size_t n) {
-  if (!a.codec.params->errorFeedback || n == 0) return nullptr;
-  if (r.size() != n && !r.resize(n)) {
-    ctx.setError(systemError("out of memory for a %zu-element error-feedback residual", n));
-    return nullptr;
-  }
-  return r.data();
-}
-
-void fail(ExecCtx& ctx, const char* what) {
-  ctx.setError(internalError("compressed collective: %s failed", what));
-}
-
-// Phase 1: block p of x (layout l) goes, encoded, to rank p; this rank's
-// block is summed (its own values exact, the peers' decoded) in rank order
-// into acc (len[r] floats). resid: the sender's residual over x, or null.
-Task scatterReduce(ExecCtx& ctx, Wire wire, const float* x, float* resid, uint64_t pos,
-                   const Layout* l, float* acc) {
-  const int n = ctx.nranks(), r = ctx.rank();
-  const size_t mine = l->len[r];
-  std::vector<char*> out(n, nullptr), in(n, nullptr);
-  std::vector<Pending> sends;
-  for (int s = 1; s < n; ++s) {
-    const int p = (r + s) % n;
-    out[p] = static_cast<char*>(ctx.scratch(cmp::alignedBytes(wire.bytes(l->len[p]))));
-    if (out[p] == nullptr) co_return;
-    if (!wire.encode(x + l->off[p], resid != nullptr ? resid + l->off[p] : nullptr, l->len[p],
-                     pos + l->off[p], out[p])) {
-      fail(ctx, "encoding");
-      co_return;
-    }
-    sends.push_back(ctx.send(p, out[p], wire.bytes(l->len[p])));
-  }
-  std::vector<Pending> recvs(n);
-  for (int s = 1; s < n; ++s) {
-    const int q = (r - s + n) % n;
-    in[q] = static_cast<char*>(ctx.scratch(cmp::alignedBytes(wire.bytes(mine))));
-    if (in[q] == nullptr) co_return;
-    recvs[q] = ctx.recv(q, in[q], wire.bytes(mine));
-  }
-  if (mine > 0) std::memset(acc, 0, mine * sizeof(float));
-  for (int q = 0; q < n; ++q) {
-    if (q == r) {
-      const float* own = x + l->off[r];
-      for (size_t i = 0; i < mine; ++i) acc[i] += own[i];
-      continue;
-    }
-    co_await ctx.wait(recvs[q]);
-    if (!ctx.error().ok()) co_return;
-    if (!wire.decodeAcc(in[q], mine, acc)) {
-      fail(ctx, "decoding");
-      co_return;
-    }
-  }
-  if (!sends.empty()) co_await ctx.waitAll(sends);
-}
-
-void scaleAvg(const CollArgs& a, int n, float* v, size_t count) {
-  if (!a.codec.avg) return;
-  const float inv = 1.0f / static_cast<float>(n);
-  for (size_t i = 0; i < count; ++i) v[i] *= inv;
-}
-
-// Phase 2 (and AllGather): this rank's block `mine` (len[r] floats) is
-// encoded once (resid: a residual over it, or null) and sent to every peer;
-// every block, this rank's included, is decoded into result (fp32, layout l).
-Task encodeGather(ExecCtx& ctx, Wire wire, const float* mine, float* resid, uint64_t pos,
-                  const Layout* l, float* result) {
-  const int n = ctx.nranks(), r = ctx.rank();
-  char* own = static_cast<char*>(ctx.scratch(cmp::alignedBytes(wire.bytes(l->len[r]))));
-  if (own == nullptr) co_return;
-  if (!wire.encode(mine, resid, l->len[r], pos, own)) {
-    fail(ctx, "encoding");
-    co_return;
-  }
-  std::vector<Pending> sends;
-  for (int s = 1; s < n; ++s) sends.push_back(ctx.send((r + s) % n, own, wire.bytes(l->len[r])));
-  std::vector<char*> in(n, nullptr);
-  std::vector<Pending> recvs(n);
-  for (int s = 1; s < n; ++s) {
-    const int q = (r - s + n) % n;
-    in[q] = static_cast<char*>(ctx.scratch(cmp::alignedBytes(wire.bytes(l->len[q]))));
-    if (in[q] == nullptr) co_return;
-    recvs[q] = ctx.recv(q, in[q], wire.bytes(l->len[q]));
-  }
-  if (!wire.decode(own, l->len[r], result + l->off[r])) {
-    fail(ctx, "decoding");
-    co_return;
-  }
-  for (int q = 0; q < n; ++q) {
-    if (q == r) continue;
-    co_await ctx.wait(recvs[q]);
-    if (!ctx.error().ok()) co_return;
-    if (!wire.decode(in[q], l->len[q], result + l->off[q])) {
-      fail(ctx, "decoding");
-      co_return;
-    }
-  }
-  if (!sends.empty()) co_await ctx.waitAll(sends);
-}
-
-// fp32 result space: the receive buffer itself (float32) or scratch.
-float* floatOutput(ExecCtx& ctx, const CollArgs& a, size_t n) {
-  if (a.dtype == tideFloat32) return static_cast<float*>(a.recvbuff);
-  return static_cast<float*>(ctx.scratch(n * sizeof(float)));
-}
+using namespace cmp;  // NOLINT(google-build-using-namespace): this file's vocabulary
 
 void advance(const CollArgs& a, codec::FeedbackState* st, uint64_t by) {
   if (a.codec.params->stochastic) st->counter += by;
 }
 
+// Elements per pipeline segment of the All-Reduce (4 MiB of fp32); each is
+// laid out by itself (docs/compression.md).
+constexpr size_t kSegment = size_t{1} << 20;
+
+struct Segment {
+  size_t off = 0, count = 0;
+  Pieces pieces;
+  float* acc = nullptr;
+  float* owner = nullptr;  // this segment's owner residual, or null
+  Exchange rs, ag;
+};
+
+// Segments are pipelined: while segment k's pieces are on the wire, segment
+// k + 1 is encoded and segment k - 1 gathered.
 Task a2aAllReduce(ExecCtx& ctx) {
   const CollArgs a = ctx.args();
   const int n = ctx.nranks(), r = ctx.rank();
   const size_t count = a.count;
   const Wire wire = Wire::of(a.codec.id, a.codec.params);
   codec::FeedbackState* st = stateOf(a);
-  const Layout l = shardLayout(count, n);
+  const hier::Group all = allRanks(ctx);
   const float* x = floatInput(ctx, a, count);
   float* result = floatOutput(ctx, a, count);
-  auto* acc = static_cast<float*>(ctx.scratch(std::max<size_t>(l.len[r], 1) * sizeof(float)));
-  if (x == nullptr || result == nullptr || acc == nullptr || !ctx.error().ok()) co_return;
+  if (x == nullptr || result == nullptr || !ctx.error().ok()) co_return;
+  std::vector<Segment> seg((count + kSegment - 1) / kSegment);
+  size_t ownerNeed = 0;
+  for (size_t k = 0; k < seg.size(); ++k) {
+    Segment& g = seg[k];
+    g.off = k * kSegment;
+    g.count = std::min(kSegment, count - g.off);
+    g.pieces = shardPieces(g.count, n);
+    ownerNeed += g.pieces.len[r];
+  }
   float* sender = residual(ctx, a, st->sender, count);
-  float* owner = residual(ctx, a, st->owner, l.len[r]);
+  float* owner = residual(ctx, a, st->owner, ownerNeed);
   if (!ctx.error().ok()) co_return;
+  size_t oOff = 0;
+  for (Segment& g : seg) {
+    g.acc = static_cast<float*>(ctx.scratch(std::max<size_t>(g.pieces.len[r], 1) * sizeof(float)));
+    if (g.acc == nullptr) co_return;
+    if (owner != nullptr) g.owner = owner + oOff;
+    oOff += g.pieces.len[r];
+  }
   const uint64_t pos = st->counter;
-  co_await scatterReduce(ctx, wire, x, sender, pos, &l, acc);
-  if (!ctx.error().ok()) co_return;
-  scaleAvg(a, n, acc, l.len[r]);
-  co_await encodeGather(ctx, wire, acc, owner, pos + count + l.off[r], &l, result);
-  if (!ctx.error().ok()) co_return;
+  const size_t K = seg.size();
+  for (size_t step = 0; step < K + 2; ++step) {
+    if (step < K) {
+      Segment& g = seg[step];
+      if (!postScatter(ctx, &all, wire, x + g.off, sender != nullptr ? sender + g.off : nullptr,
+                       pos + g.off, &g.pieces, &g.rs)) {
+        co_return;
+      }
+    }
+    if (step >= 1 && step <= K) {
+      Segment& g = seg[step - 1];
+      co_await finishScatter(ctx, &all, wire, x + g.off, &g.pieces, &g.rs, g.acc);
+      if (!ctx.error().ok()) co_return;
+      scaleAvg(a, n, g.acc, g.pieces.len[r]);
+      if (!postGather(ctx, &all, wire, g.acc, g.owner, pos + count + g.off + g.pieces.off[r],
+                      &g.pieces, &g.ag)) {
+        co_return;
+      }
+    }
+    if (step >= 2) {
+      Segment& g = seg[step - 2];
+      co_await finishGather(ctx, &all, wire, &g.pieces, &g.ag, result + g.off);
+      if (!ctx.error().ok()) co_return;
+    }
+  }
   if (a.dtype != tideFloat32) cmp::fromFloat(a.dtype, result, count, a.recvbuff);
   advance(a, st, 2 * static_cast<uint64_t>(count));
 }
@@ -204,7 +110,8 @@ Task a2aReduceScatter(ExecCtx& ctx) {
   const size_t total = count * static_cast<size_t>(n);
   const Wire wire = Wire::of(a.codec.id, a.codec.params);
   codec::FeedbackState* st = stateOf(a);
-  const Layout l = blockLayout(count, n);
+  const Pieces l = blockPieces(count, n);
+  const hier::Group all = allRanks(ctx);
   const float* x = floatInput(ctx, a, total);
   // The sum is made aside: in place, the result lands on this rank's block
   // of the input, which the sum reads.
@@ -213,7 +120,7 @@ Task a2aReduceScatter(ExecCtx& ctx) {
   (void)r;
   float* sender = residual(ctx, a, st->sender, total);
   if (!ctx.error().ok()) co_return;
-  co_await scatterReduce(ctx, wire, x, sender, st->counter, &l, acc);
+  co_await scatterReduce(ctx, &all, wire, x, sender, st->counter, &l, acc);
   if (!ctx.error().ok()) co_return;
   scaleAvg(a, n, acc, count);
   cmp::fromFloat(a.dtype, acc, count, a.recvbuff);
@@ -227,7 +134,8 @@ Task a2aAllGather(ExecCtx& ctx) {
   const size_t total = count * static_cast<size_t>(n);
   const Wire wire = Wire::of(a.codec.id, a.codec.params);
   codec::FeedbackState* st = stateOf(a);
-  const Layout l = blockLayout(count, n);
+  const Pieces l = blockPieces(count, n);
+  const hier::Group all = allRanks(ctx);
   const float* x = floatInput(ctx, a, count);
   if (x == nullptr || !ctx.error().ok()) co_return;
   float* result = floatOutput(ctx, a, total);
@@ -241,7 +149,7 @@ Task a2aAllGather(ExecCtx& ctx) {
   }
   float* sender = residual(ctx, a, st->sender, count);
   if (!ctx.error().ok()) co_return;
-  co_await encodeGather(ctx, wire, x, sender, st->counter, &l, result);
+  co_await encodeGather(ctx, &all, wire, x, sender, st->counter, &l, result);
   if (!ctx.error().ok()) co_return;
   if (a.dtype != tideFloat32) cmp::fromFloat(a.dtype, result, total, a.recvbuff);
   advance(a, st, count);

@@ -24,6 +24,11 @@ struct CSpec {
   tideDataType_t dtype = tideFloat32;
   int nranks = 2;
   size_t count = 0;  // the collective's count argument
+  // The hierarchical All-Reduce (cmp_hier): each rank's node; empty: the
+  // one-level algorithms.
+  std::vector<int> nodeOf;
+  bool interNodeOnly = false;
+  double loosen = 1;  // the checks allow loosen x the bound (the hop-by-hop ring)
 };
 
 inline size_t TopkK(double ratio, size_t m) {
@@ -40,6 +45,98 @@ inline double KthMagnitude(const std::vector<double>& v, size_t lo, size_t hi, s
   for (size_t i = lo; i < hi; ++i) m.push_back(std::fabs(v[i]));
   std::sort(m.begin(), m.end(), [](double a, double b) { return a > b; });
   return m.empty() ? 0 : m[std::min(k, m.size()) - 1];
+}
+
+// The hierarchical All-Reduce: chunk l = shard l of N in L (ranks per node),
+// each chunk in M (nodes) shards; quantization blocks start at chunk starts
+// in the intra-node phases and at shard starts in the inter-node ones. Four
+// compression points (two with interNodeOnly): the intra-node reduce-scatter
+// of every input, the inter-node reduce-scatter of every node's partial sum,
+// the encoding of the reduced shard, and the intra-node gather of the
+// reduced chunk; each adds its s/2 (int) or u |value| (fp16/bf16).
+inline std::vector<double> CBoundHier(const CSpec& s, const std::vector<std::vector<double>>& x) {
+  const int n = s.nranks;
+  const size_t N = s.count;
+  int M = 0;
+  for (int m : s.nodeOf) M = std::max(M, m + 1);
+  const int L = n / M;
+  const bool isInt = s.codec == tideCodecInt8 || s.codec == tideCodecInt4;
+  const double qmax = s.codec == tideCodecInt4 ? 7 : 127;
+  const double mult = s.stochastic ? 1.0 : 0.5;
+  const double u = s.codec == tideCodecFp16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double sub = s.codec == tideCodecFp16 ? std::ldexp(1.0, -25) : 0;
+  const size_t B = static_cast<size_t>(s.block);
+  const size_t C = (N + L - 1) / L;
+  auto chunkBlock = [&](size_t i) {
+    const size_t c0 = i / C * C, c1 = std::min(N, c0 + C);
+    const size_t b0 = c0 + (i - c0) / B * B;
+    return std::make_pair(b0, std::min(c1, b0 + B));
+  };
+  auto shardBlock = [&](size_t i) {
+    const size_t c0 = i / C * C, c1 = std::min(N, c0 + C);
+    const size_t S = (c1 - c0 + M - 1) / M;
+    const size_t s0 = c0 + (i - c0) / S * S, s1 = std::min(c1, s0 + S);
+    const size_t b0 = s0 + (i - s0) / B * B;
+    return std::make_pair(b0, std::min(s1, b0 + B));
+  };
+  std::vector<double> sum(N, 0), abs(N, 0), e(N, 0);
+  std::vector<std::vector<double>> part(M, std::vector<double>(N, 0));
+  for (size_t i = 0; i < N; ++i) {
+    for (int r = 0; r < n; ++r) {
+      sum[i] += x[r][i];
+      abs[i] += std::fabs(x[r][i]);
+      part[s.nodeOf[r]][i] += x[r][i];
+    }
+  }
+  auto maxOf = [](const std::vector<double>& v, std::pair<size_t, size_t> b) {
+    double m = 0;
+    for (size_t j = b.first; j < b.second; ++j) m = std::max(m, std::fabs(v[j]));
+    return m;
+  };
+  // Point 1: every input over chunk blocks.
+  if (!s.interNodeOnly) {
+    for (size_t i = 0; i < N; ++i) {
+      for (int r = 0; r < n; ++r) {
+        e[i] += isInt ? mult * maxOf(x[r], chunkBlock(i)) / qmax : u * std::fabs(x[r][i]) + sub;
+      }
+    }
+  }
+  // Point 2: every node's partial sum over shard blocks (its error so far
+  // included in the block maximum).
+  std::vector<double> e2 = e;
+  for (size_t i = 0; i < N; ++i) {
+    for (int m = 0; m < M; ++m) {
+      e2[i] += isInt ? mult * (maxOf(part[m], shardBlock(i)) + maxOf(e, shardBlock(i))) / qmax
+                     : u * (std::fabs(part[m][i]) + e[i]) + sub;
+    }
+  }
+  // Points 3 and 4: the reduced shard, then the reduced chunk.
+  std::vector<double> e3 = e2;
+  for (size_t i = 0; i < N; ++i) {
+    e3[i] += isInt ? mult * (maxOf(sum, shardBlock(i)) + maxOf(e2, shardBlock(i))) / qmax
+                   : u * (std::fabs(sum[i]) + e2[i]) + sub;
+  }
+  std::vector<double> e4 = e3;
+  if (!s.interNodeOnly) {
+    for (size_t i = 0; i < N; ++i) {
+      e4[i] += isInt ? mult * (maxOf(sum, chunkBlock(i)) + maxOf(e3, chunkBlock(i))) / qmax
+                     : u * (std::fabs(sum[i]) + e3[i]) + sub;
+    }
+  }
+  const double dtU = s.dtype == tideBfloat16  ? std::ldexp(1.0, -8)
+                     : s.dtype == tideFloat16 ? std::ldexp(1.0, -11)
+                                              : 0;
+  std::vector<double> out(N);
+  for (size_t i = 0; i < N; ++i) {
+    double b = e4[i] + (n + 4) * std::ldexp(1.0, -23) * abs[i];
+    double ref = std::fabs(sum[i]);
+    if (s.avg) {
+      b = b / n + std::ldexp(1.0, -23) * ref / n;
+      ref /= n;
+    }
+    out[i] = b + dtU * (ref + b);
+  }
+  return out;
 }
 
 // Per-element bound of rank `me`'s output (its length: AllReduce count,
@@ -87,6 +184,9 @@ inline std::vector<double> CBound(const CSpec& s, const std::vector<std::vector<
       }
     }
     return out;
+  }
+  if (s.coll == CColl::kAllReduce && !s.nodeOf.empty() && s.codec != tideCodecTopK) {
+    return CBoundHier(s, x);
   }
   // Reductions: the input range each output element comes from.
   const bool ar = s.coll == CColl::kAllReduce;

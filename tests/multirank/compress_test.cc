@@ -78,8 +78,9 @@ double Load(const std::vector<uint8_t>& buf, tideDataType_t dt, size_t i) {
 }
 
 tideCompressor_t Make(tideComm_t comm, tideCodec_t codec, int block, double ratio, int feedback,
-                      int stochastic, unsigned long long seed) {
+                      int stochastic, unsigned long long seed, int interNodeOnly = 0) {
   tideCompressConfig_t c = TIDE_COMPRESS_CONFIG_INITIALIZER;
+  c.interNodeOnly = interNodeOnly;
   c.codec = codec;
   c.blockSize = block;
   c.topkRatio = ratio;
@@ -112,7 +113,8 @@ int CheckOne(ThreadRank& ctx, const CSpec& s, int call, bool inPlace) {
   std::vector<uint8_t> in, out(outLen * esize, 0xee), scratch;
   for (int r = 0; r < n; ++r)
     x[r] = Store(Input(r, call, inLen), s.dtype, r == me ? &in : &scratch);
-  tideCompressor_t k = Make(ctx.comm, s.codec, s.block, s.ratio, 1, s.stochastic ? 1 : 0, 42);
+  tideCompressor_t k =
+      Make(ctx.comm, s.codec, s.block, s.ratio, 1, s.stochastic ? 1 : 0, 42, s.interNodeOnly);
   if (k == nullptr) {
     ctx.Logf("rank %d: tideCompressorCreate failed: %s\n", me, tideGetLastError(ctx.comm));
     return 1;
@@ -147,7 +149,7 @@ int CheckOne(ThreadRank& ctx, const CSpec& s, int call, bool inPlace) {
       if (s.avg) ref /= n;
     }
     const double got = Load(res, s.dtype, j);
-    if (!(std::fabs(got - ref) <= bound[j] * (1 + 1e-9) + 1e-300)) {
+    if (!(std::fabs(got - ref) <= s.loosen * bound[j] * (1 + 1e-9) + 1e-300)) {
       ctx.Logf(
           "rank %d: call %d codec %d coll %d count %zu avg %d dtype %d inplace %d: element "
           "%zu is %.9g, want %.9g (error %.3g > bound %.3g)\n",
@@ -172,6 +174,12 @@ int CheckOne(ThreadRank& ctx, const CSpec& s, int call, bool inPlace) {
 }
 
 int Matrix(ThreadRank& ctx) {
+  // TIDE_TEST_NODES: each rank's node as a letter (the TIDE_HOSTID layout of
+  // the run): All-Reduce runs the hierarchical row (TIDE_ALGO), with its bound.
+  const char* layout = getenv("TIDE_TEST_NODES");
+  const bool hier = layout != nullptr && layout[0] != 0;
+  std::vector<int> nodes;
+  for (const char* c = hier ? layout : ""; *c != 0; ++c) nodes.push_back(*c - 'a');
   const tideCodec_t codecs[] = {tideCodecFp16, tideCodecBf16, tideCodecInt8, tideCodecInt4,
                                 tideCodecTopK};
   const CColl colls[] = {CColl::kAllReduce, CColl::kReduceScatter, CColl::kAllGather};
@@ -191,6 +199,10 @@ int Matrix(ThreadRank& ctx) {
           s.avg = variant == 1 && coll != CColl::kAllGather;
           s.dtype = variant == 2 ? tideBfloat16 : tideFloat32;
           s.stochastic = variant == 1 && (codec == tideCodecInt8 || codec == tideCodecInt4);
+          if (hier) {
+            s.nodeOf = nodes;
+            s.interNodeOnly = variant == 2;
+          }
           if (CheckOne(ctx, s, call++, /*inPlace=*/variant == 2) != 0) return 1;
         }
       }
@@ -200,7 +212,67 @@ int Matrix(ThreadRank& ctx) {
   return 0;
 }
 
-void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nullptr) {
+// TIDE_ALGO=allreduce:cmp_ring: the hop-by-hop ring, for comparison. Its
+// error grows with the hops: each element within n times the phase-wise
+// bound, and the outputs still byte-identical.
+int Ring(ThreadRank& ctx) {
+  int call = 1000;
+  for (tideCodec_t codec : {tideCodecBf16, tideCodecInt8, tideCodecInt4}) {
+    for (size_t count : {size_t{1}, size_t{7}, size_t{4099}}) {
+      CSpec s;
+      s.codec = codec;
+      s.count = count;
+      s.nranks = ctx.nranks;
+      s.loosen = ctx.nranks;
+      if (CheckOne(ctx, s, call++, false) != 0) return 1;
+    }
+  }
+  ctx.Logf("rank %d: ring within %d x the bound\n", ctx.rank, ctx.nranks);
+  return 0;
+}
+
+// Buffers of several pipeline segments (cmp_hier cuts above 2^20 elements,
+// cmp_a2a too): every element within a coarse bound (every compression
+// point's step at the largest magnitude) and the outputs byte-identical.
+int Big(ThreadRank& ctx) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t N = (size_t{5} << 19) + 3;  // 2.5 segments
+  for (tideCodec_t codec : {tideCodecInt8, tideCodecBf16}) {
+    std::vector<float> in(N), out(N);
+    for (size_t i = 0; i < N; ++i)
+      in[i] = static_cast<float>(static_cast<long long>((i * 31 + me * 7) % 201) - 100) / 64;
+    tideCompressor_t k = Make(ctx.comm, codec, 256, 0.01, 1, 0, 9);
+    if (k == nullptr) return 1;
+    CHECK_RC(tideAllReduceCompressed(in.data(), out.data(), N, tideFloat32, tideSum, k, ctx.comm,
+                                     nullptr));
+    CHECK_RC(tideCompressorDestroy(k));
+    const double big = 100.0 / 64 * n;  // the largest possible |sum|
+    const double step = codec == tideCodecInt8 ? big / 127 : big * std::ldexp(1.0, -8);
+    for (size_t i = 0; i < N; ++i) {
+      double want = 0;
+      for (int r = 0; r < n; ++r)
+        want += static_cast<double>(static_cast<long long>((i * 31 + r * 7) % 201) - 100) / 64;
+      if (!(std::fabs(out[i] - want) <= 4 * n * step)) {
+        ctx.Logf("rank %d: codec %d: element %zu is %g, want %g\n", me, codec, i, out[i], want);
+        return 1;
+      }
+    }
+    uint64_t h = Fnv(out.data(), N * sizeof(float));
+    std::vector<uint64_t> all(n);
+    CHECK_RC(tideAllGather(&h, all.data(), 1, tideUint64, ctx.comm, nullptr));
+    for (int r = 0; r < n; ++r) {
+      if (all[r] != h) {
+        ctx.Logf("rank %d: codec %d: output differs from rank %d's\n", me, codec, r);
+        return 1;
+      }
+    }
+  }
+  ctx.Logf("rank %d: multi-segment buffers within the coarse bound\n", me);
+  return 0;
+}
+
+void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nullptr,
+              const char* algo = nullptr) {
   ProcessRunOptions o;
   o.exe = SelfExe();
   o.args = {std::string("--worker=") + worker};
@@ -208,6 +280,10 @@ void RunRanks(int nranks, const char* worker, bool tcp, const char* hostIds = nu
   o.timeout_ms = 240000;
   o.env.emplace_back("TIDE_TIMEOUT", "60");
   if (tcp) o.env.emplace_back("TIDE_SHM_DISABLE", "1");
+  if (algo != nullptr) {
+    o.env.emplace_back("TIDE_ALGO", std::string("allreduce:") + algo);
+    if (std::string(algo) == "cmp_hier") o.env.emplace_back("TIDE_TEST_NODES", hostIds);
+  }
   if (hostIds != nullptr) {
     const std::string ids = hostIds;  // one letter per rank: its node
     o.rank_env = [ids](int r) {
@@ -232,10 +308,15 @@ TEST(CompressShm, Ranks5) { RunRanks(5, "matrix", false); }
 TEST(CompressShm, Ranks8) { RunRanks(8, "matrix", false); }
 TEST(CompressTcp, Ranks2) { RunRanks(2, "matrix", true); }
 TEST(CompressTcp, Ranks4) { RunRanks(4, "matrix", true); }
-TEST(CompressNodes, TwoByTwo) { RunRanks(4, "matrix", false, "aabb"); }
-TEST(CompressNodes, ThreeByTwo) { RunRanks(6, "matrix", false, "abcabc"); }
+TEST(CompressNodes, TwoByTwo) { RunRanks(4, "matrix", false, "aabb", "cmp_a2a"); }
+TEST(CompressNodes, ThreeByTwo) { RunRanks(6, "matrix", false, "abcabc", "cmp_a2a"); }
+TEST(CompressNodes, TwoByTwoHier) { RunRanks(4, "matrix", false, "aabb", "cmp_hier"); }
+TEST(CompressNodes, ThreeByTwoHier) { RunRanks(6, "matrix", false, "abcabc", "cmp_hier"); }
 TEST(CompressFeedback, Steps200) { RunRanks(2, "feedback", false); }
 TEST(CompressState, SaveRestore) { RunRanks(3, "state", false); }
+TEST(CompressBig, Hier2x2) { RunRanks(4, "big", false, "aabb", "cmp_hier"); }
+TEST(CompressBig, A2a3) { RunRanks(3, "big", false, nullptr, "cmp_a2a"); }
+TEST(CompressRing, Ranks4) { RunRanks(4, "ring", false, nullptr, "cmp_ring"); }
 TEST(CompressBadInput, NamedErrors) { RunRanks(2, "bad", false); }
 
 }  // namespace tide_test
@@ -247,6 +328,8 @@ int main(int argc, char** argv) {
     if (w == "feedback") return tide_test::RunEnvRank(tide_test::FeedbackSteps);
     if (w == "state") return tide_test::RunEnvRank(tide_test::StateRestore);
     if (w == "bad") return tide_test::RunEnvRank(tide_test::BadInput);
+    if (w == "ring") return tide_test::RunEnvRank(tide_test::Ring);
+    if (w == "big") return tide_test::RunEnvRank(tide_test::Big);
     fprintf(stderr, "unknown worker %s\n", w.c_str());
     return 2;
   }
