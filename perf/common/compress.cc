@@ -1,5 +1,9 @@
 #include "common/compress.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -112,6 +116,48 @@ double CompressValue(const DType& dt, uint64_t seed, int rank, size_t index) {
       return Decode(dt, bytes);
     }
   }
+}
+
+uint64_t CompressNodeKey() {
+  std::string id;
+  for (const char* var : {"TIDE_HOSTID", "NCCL_HOSTID"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') {
+      id = v;
+      break;
+    }
+  }
+  if (id.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    id = host;
+    struct stat st {};
+    if (stat("/proc/self/ns/net", &st) == 0) {
+      id += "/netns:" + std::to_string(static_cast<unsigned long>(st.st_ino));
+    }
+  }
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char ch : id) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+CompressNodes CompressNodesOf(const std::vector<uint64_t>& keys) {
+  CompressNodes l;
+  std::vector<uint64_t> seen;
+  std::vector<int> size;
+  for (uint64_t k : keys) {
+    size_t i = 0;
+    while (i < seen.size() && seen[i] != k) ++i;
+    if (i == seen.size()) {
+      seen.push_back(k);
+      size.push_back(0);
+    }
+    ++size[i];
+    l.node_of.push_back(static_cast<int>(i));
+  }
+  l.nodes = std::max<int>(1, static_cast<int>(seen.size()));
+  for (int s : size) l.equal = l.equal && s == size.front();
+  return l;
 }
 
 void CompressPrepare(CompressKind kind, const Bench& b, uint64_t seed) {

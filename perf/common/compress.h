@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/backend.h"
 #include "common/data.h"
@@ -74,6 +75,19 @@ double CompressValue(const DType& dt, uint64_t seed, int rank, size_t index);
 // b.send: count elements (AllReduce, AllGather) or send_count (ReduceScatter).
 void CompressPrepare(CompressKind kind, const Bench& b, uint64_t seed);
 
+// Which node each rank is on, for the hierarchical All-Reduce's bound. Node
+// identity as the library defines it (docs/env.md, TIDE_HOSTID): TIDE_HOSTID
+// (or NCCL_HOSTID) when set, else host name plus network namespace.
+struct CompressNodes {
+  std::vector<int> node_of;  // per rank; nodes numbered by first appearance
+  int nodes = 1;
+  bool equal = true;  // every node has the same number of ranks
+};
+// A 64-bit hash of this process's node identity.
+uint64_t CompressNodeKey();
+// The layout from every rank's CompressNodeKey (rank order).
+CompressNodes CompressNodesOf(const std::vector<uint64_t>& keys);
+
 // The result of one checked call on this rank.
 struct CompressCheck {
   uint64_t wrong = 0;  // elements whose error exceeds the bound (or is NaN)
@@ -84,7 +98,7 @@ struct CompressCheck {
 // Compares this rank's result of a call prepared by CompressPrepare(seed)
 // with the fp64 reference and the documented bound (compress_check.cc).
 CompressCheck CompressVerify(CompressKind kind, const Bench& b, const CompressOptions& o,
-                             uint64_t seed);
+                             const CompressNodes& nodes, uint64_t seed);
 
 }  // namespace tide_perf
 

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/compress.h"
+#include "common/compress_hier.h"
 #include "common/harness.h"
 
 namespace tide_perf {
@@ -42,6 +43,8 @@ namespace {
 
 constexpr double kSub16 = 0x1p-25;  // half precision's subnormal rounding
 constexpr size_t kChunk = 4096;     // elements per pass of the per-element codecs
+// The compressed All-Reduce's pipeline segment: each is laid out by itself.
+constexpr size_t kSegment = size_t{1} << 20;
 
 struct Ctx {
   const DType* dt = nullptr;
@@ -64,7 +67,13 @@ struct Range {
   size_t len;
   size_t in0;
   int r0, r1;
+  // Per result element, another row's bound to take the larger of (the
+  // hierarchical All-Reduce's), or null.
+  const double* pre = nullptr;
 };
+
+// Element `index` of rank `rank`'s input.
+using Source = std::function<double(int rank, size_t index)>;
 
 double Got(const DType& dt, const char* p) {
   if (dt.id == tideFloat32) {
@@ -86,6 +95,13 @@ struct Elem {
   double maxS;  // max |S| over the block
   double topk;  // sum_r t_r
 };
+
+// The codecs a call of `codec` may have used: auto chooses among none, bf16
+// and int8 (fp16 added: its bound differs from bf16's in the 2^-25 terms).
+std::vector<tideCodec_t> Candidates(tideCodec_t codec) {
+  if (codec == tideCodecAuto) return {tideCodecNone, tideCodecFp16, tideCodecBf16, tideCodecInt8};
+  return {codec};
+}
 
 // The bound of `codec` at element e, before the result's own rounding.
 double CodecBound(const Ctx& c, tideCodec_t codec, const Elem& e) {
@@ -123,19 +139,15 @@ double CodecBound(const Ctx& c, tideCodec_t codec, const Elem& e) {
     default:
       break;
   }
-  return (c.avg ? rel / c.n : rel) + abs;
+  // Avg: the fp32 sum is scaled by 1/n (one more rounding).
+  return c.avg ? rel / c.n + 0x1p-23 * std::fabs(e.sum) / c.n + abs : rel + abs;
 }
 
-double Bound(const Ctx& c, const Elem& e, double ref) {
-  double b;
-  if (c.codec == tideCodecAuto) {
-    b = 0;
-    for (tideCodec_t k : {tideCodecNone, tideCodecFp16, tideCodecBf16, tideCodecInt8}) {
-      b = std::max(b, CodecBound(c, k, e));
-    }
-  } else {
-    b = CodecBound(c, c.codec, e);
-  }
+// The largest bound of the codecs the call may have used, `pre` included,
+// plus the rounding of the result's datatype.
+double Bound(const Ctx& c, const Elem& e, double ref, double pre) {
+  double b = pre;
+  for (tideCodec_t k : Candidates(c.codec)) b = std::max(b, CodecBound(c, k, e));
   return b + c.u_out * (std::fabs(ref) + b) + c.abs_out;
 }
 
@@ -153,7 +165,8 @@ double TopkThreshold(const Ctx& c, double ratio, int r, size_t lo, size_t m) {
   return mag[k - 1];
 }
 
-void CheckRange(const Ctx& c, const Range& rg, double topk_sum, CompressCheck* res) {
+void CheckRange(const Ctx& c, const Range& rg, const Source& input, double topk_sum,
+                CompressCheck* res) {
   const bool blocks = IntCodec(c.codec) || c.codec == tideCodecAuto;
   const size_t seg = blocks ? c.block : kChunk;
   const int nr = rg.r1 - rg.r0;
@@ -167,7 +180,7 @@ void CheckRange(const Ctx& c, const Range& rg, double topk_sum, CompressCheck* r
       double amax = 0;
       double* xr = &x[static_cast<size_t>(r) * len];
       for (size_t j = 0; j < len; ++j) {
-        xr[j] = CompressValue(*c.dt, c.seed, rg.r0 + r, rg.in0 + a + j);
+        xr[j] = input(rg.r0 + r, rg.in0 + a + j);
         amax = std::max(amax, std::fabs(xr[j]));
       }
       hs8 += c.h * amax / 127;
@@ -194,9 +207,44 @@ void CheckRange(const Ctx& c, const Range& rg, double topk_sum, CompressCheck* r
       const double ref = c.avg ? e.sum / c.n : e.sum;
       const double got = Got(*c.dt, rg.out + (a + j) * es);
       const double err = std::isnan(got) ? INFINITY : std::fabs(got - ref);
-      if (!(err <= Bound(c, e, ref))) ++res->wrong;
+      const double pre = rg.pre != nullptr ? rg.pre[a + j] : 0;
+      if (!(err <= Bound(c, e, ref, pre))) ++res->wrong;
       res->maxabs = std::max(res->maxabs, err);
       if (ref != 0) res->maxrel = std::max(res->maxrel, err / std::fabs(ref));
+    }
+  }
+}
+
+// All-Reduce, non-top-k codecs: segment by segment (the layout), every
+// rank's input of the segment at hand, the one-level bound by shards and,
+// on several nodes of equal size, the larger of it and the hierarchical one.
+void CheckAllReduce(const Ctx& c, const char* out, size_t count, const CompressNodes& nodes,
+                    CompressCheck* res) {
+  const size_t n = static_cast<size_t>(c.n);
+  const bool hier = nodes.nodes > 1 && nodes.equal && nodes.node_of.size() == n;
+  std::vector<double> x, pre;
+  for (size_t g0 = 0; g0 < count; g0 += kSegment) {
+    const size_t len = std::min(kSegment, count - g0);
+    x.resize(n * len);
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t j = 0; j < len; ++j) {
+        x[r * len + j] = CompressValue(*c.dt, c.seed, static_cast<int>(r), g0 + j);
+      }
+    }
+    pre.assign(len, 0);
+    for (tideCodec_t k : Candidates(c.codec)) {
+      if (hier && k != tideCodecNone) {
+        HierBound(HierCodec{k, c.block, c.h, c.avg}, nodes, x.data(), len, pre.data());
+      }
+    }
+    const Source input = [&](int r, size_t i) {
+      return x[static_cast<size_t>(r) * len + (i - g0)];
+    };
+    const size_t shard = (len + n - 1) / n;
+    for (size_t lo = 0; lo < len; lo += shard) {
+      const size_t m = std::min(shard, len - lo);
+      CheckRange(c, Range{out + (g0 + lo) * c.dt->size, m, g0 + lo, 0, c.n, pre.data() + lo}, input,
+                 0, res);
     }
   }
 }
@@ -204,7 +252,7 @@ void CheckRange(const Ctx& c, const Range& rg, double topk_sum, CompressCheck* r
 }  // namespace
 
 CompressCheck CompressVerify(CompressKind kind, const Bench& b, const CompressOptions& o,
-                             uint64_t seed) {
+                             const CompressNodes& nodes, uint64_t seed) {
   Ctx c;
   c.dt = b.dt;
   c.seed = seed;
@@ -222,16 +270,20 @@ CompressCheck CompressVerify(CompressKind kind, const Bench& b, const CompressOp
   const bool topk = o.codec == tideCodecTopK;
   const double ratio = o.topk_ratio;
   const size_t es = b.dt->size;
+  const Source gen = [&c](int r, size_t i) { return CompressValue(*c.dt, c.seed, r, i); };
   CompressCheck res;
   const char* out = static_cast<const char*>(b.recv);
   switch (kind) {
     case CompressKind::kAllReduce: {
+      if (!topk) {
+        CheckAllReduce(c, out, b.count, nodes, &res);
+        break;
+      }
       double tsum = 0;
-      for (int r = 0; topk && r < c.n; ++r) tsum += TopkThreshold(c, ratio, r, 0, b.count);
-      const size_t shard = (b.count + static_cast<size_t>(c.n) - 1) / static_cast<size_t>(c.n);
-      for (size_t lo = 0; lo < b.count; lo += shard) {
-        const size_t len = std::min(shard, b.count - lo);
-        CheckRange(c, Range{out + lo * es, len, lo, 0, c.n}, tsum, &res);
+      for (int r = 0; r < c.n; ++r) tsum += TopkThreshold(c, ratio, r, 0, b.count);
+      for (size_t lo = 0; lo < b.count; lo += kChunk) {
+        const size_t len = std::min(kChunk, b.count - lo);
+        CheckRange(c, Range{out + lo * es, len, lo, 0, c.n}, gen, tsum, &res);
       }
       break;
     }
@@ -239,15 +291,15 @@ CompressCheck CompressVerify(CompressKind kind, const Bench& b, const CompressOp
       const size_t lo = static_cast<size_t>(b.rank) * b.count;
       double tsum = 0;
       for (int r = 0; topk && r < c.n; ++r) tsum += TopkThreshold(c, ratio, r, lo, b.count);
-      CheckRange(c, Range{out, b.count, lo, 0, c.n}, tsum, &res);
+      CheckRange(c, Range{out, b.count, lo, 0, c.n}, gen, tsum, &res);
       break;
     }
     case CompressKind::kAllGather: {
       const char* base = b.recv_base;
       for (int r = 0; r < c.n; ++r) {
         const double t = topk ? TopkThreshold(c, ratio, r, 0, b.count) : 0;
-        CheckRange(c, Range{base + static_cast<size_t>(r) * b.count * es, b.count, 0, r, r + 1}, t,
-                   &res);
+        CheckRange(c, Range{base + static_cast<size_t>(r) * b.count * es, b.count, 0, r, r + 1},
+                   gen, t, &res);
       }
       break;
     }

@@ -41,6 +41,7 @@ struct Run {
   // the out-of-place call's bytes sent (max and sum over ranks: everything,
   // inter-node) and the largest errors of both variants' checks.
   CompressKind kind = CompressKind::kNone;
+  CompressNodes nodes;  // which node each rank is on
   unsigned long long wire[4] = {};
   double err[2] = {};
 };
@@ -165,7 +166,7 @@ void Measure(Run& run, Bench& b, size_t bytes) {
     CompressPrepare(run.kind, b, b.seed);
     Try(run, coll.name, Issue(run, b));
     Sync(run);
-    const CompressCheck c = CompressVerify(run.kind, b, run.opt.cz, b.seed);
+    const CompressCheck c = CompressVerify(run.kind, b, run.opt.cz, run.nodes, b.seed);
     wrong = c.wrong;
     double err[2] = {c.maxabs, c.maxrel};
     HostAllReduce(run, &wrong, 1, tideUint64, tideSum);
@@ -315,6 +316,12 @@ int PerfMain(int argc, char** argv, const Collective& coll, CompressKind compres
     return 1;
   }
   PrintHeader(run);
+  if (o.cz.enabled) {
+    std::vector<uint64_t> keys(static_cast<size_t>(run.nranks));
+    const uint64_t mine = CompressNodeKey();
+    Try(run, "AllGather (nodes)", be->HostAllGather(&mine, keys.data(), sizeof(mine)));
+    run.nodes = CompressNodesOf(keys);
+  }
 
   char* send_base = AllocTouched(o.max_bytes);
   char* recv_base = AllocTouched(o.max_bytes);
