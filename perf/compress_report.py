@@ -14,14 +14,14 @@ those three, with the codec auto's wire bytes match. Writes OUT_DIR/summary.csv,
 OUT_DIR/sweep.csv, OUT_DIR/compress_time.png and OUT_DIR/compress_sweep.png (gnuplot).
 The uncompressed Tide rows report rank 0's traffic (the plain tool prints no maxima).
 
-Theory of the bytes a rank sends per All-Reduce call, n ranks (ppn per node), N float32
-elements, S = ceil(N / n), block B: W(S) = 2 S (fp16, bf16), 4 ceil(S / B) + S (int8),
-4 ceil(S / B) + ceil(S / 2) (int4); wire = (n - 1) 2 W(S); inter-node: flat all-to-all
-layout (n - ppn of the n - 1 peers are on other nodes) (n - ppn) 2 W(S), hierarchical
-layout (reduced inside the node, then compressed among the nodes) (nodes - 1) 2 W(S_h),
-S_h = ceil(ceil(N / ppn) / nodes); the table compares with the nearer one. Top-k:
-(n - 1) 8 k and (n - ppn) 8 k with k = max(1, ceil(ratio N)); uncompressed ring:
-2 (n - 1) / n 4 N. Exit status 1 when a launch failed or a check counted wrong values.
+Theory of the bytes a rank sends per All-Reduce call (docs/compression.md), n ranks (ppn
+per node), N float32 elements in segments of G <= 2^20, block B: W(m) = 2 m (fp16, bf16),
+4 ceil(m / B) + m (int8), 4 ceil(m / B) + ceil(m / 2) (int4); per segment, flat layout
+(cmp_a2a) wire (n - 1) 2 W(ceil(G / n)), inter-node (n - ppn) 2 W(ceil(G / n));
+hierarchical (cmp_hier) wire 2 (ppn - 1) W(C) + 2 (nodes - 1) W(ceil(C / nodes)), inter-node
+2 (nodes - 1) W(ceil(C / nodes)), C = ceil(G / ppn); the table compares with the layout whose
+inter-node bytes are the nearer. Top-k: (n - 1) 8 k and (n - ppn) 8 k with k = max(1,
+ceil(ratio N)); uncompressed ring: 2 (n - 1) / n 4 N. Exit status 1 when a launch failed or a check counted wrong values.
 """
 
 import csv
@@ -107,31 +107,53 @@ def wire_bytes(codec, s, block):
             "int4": 4 * -(-s // block) + -(-s // 2)}.get(codec)
 
 
+SEGMENT = 1 << 20  # the compressed All-Reduce's pipeline segment (elements)
+
+
+def segments(count):
+    return [min(SEGMENT, count - o) for o in range(0, count, SEGMENT)]
+
+
 def theory(codec, n, ppn, count, block):
-    """(wire bytes per rank, {layout: inter-node bytes per rank}) of one All-Reduce call.
-    Layouts: flat (the all-to-all over all n ranks: n - ppn of a rank's n - 1 peers are
-    remote) and hier (reduced inside the node first, then the all-to-all among the nodes'
-    ranks of the same local index: nodes - 1 remote peers, shards of
-    ceil(ceil(N / ppn) / nodes))."""
+    """{layout: (wire bytes per rank, inter-node bytes per rank)} of one All-Reduce call,
+    per segment of 2^20 elements summed. flat (cmp_a2a): the all-to-all over all n ranks,
+    n - ppn of a rank's n - 1 peers remote; hier (cmp_hier): an intra-node reduce-scatter
+    into chunks of ceil(G / ppn), the all-to-all of each chunk among the nodes (shards of
+    ceil(chunk / nodes), nodes - 1 remote peers) and an intra-node gather. top-k: the
+    all-gather of pairs. Uncompressed: the ring's wire bytes, no inter-node theory."""
     nodes = n // ppn
     if codec in ("tide", "none"):
-        return 2.0 * (n - 1) / n * 4 * count, {}
+        return {"ring": (2.0 * (n - 1) / n * 4 * count, None)}
     if codec.startswith("topk"):
         ratio = float(codec.split(":")[1]) if ":" in codec else 0.01
         k = max(1, math.ceil(ratio * count))
-        return (n - 1) * 8 * k, {"flat": (n - ppn) * 8 * k}
-    w = wire_bytes(codec, -(-count // n), block)
-    if w is None:
-        return None, {}
-    wh = wire_bytes(codec, -(-(-(-count // ppn)) // nodes), block)
-    return (n - 1) * 2 * w, {"flat": (n - ppn) * 2 * w, "hier": (nodes - 1) * 2 * wh}
+        return {"flat": ((n - 1) * 8 * k, (n - ppn) * 8 * k)}
+    if wire_bytes(codec, 1, block) is None:
+        return {}
+    flat = hier = (0, 0)
+    for g in segments(count):
+        w = wire_bytes(codec, -(-g // n), block)
+        flat = (flat[0] + (n - 1) * 2 * w, flat[1] + (n - ppn) * 2 * w)
+        c = -(-g // ppn)
+        wi = wire_bytes(codec, c, block)
+        wh = wire_bytes(codec, -(-c // nodes), block)
+        hier = (hier[0] + 2 * (ppn - 1) * wi + 2 * (nodes - 1) * wh,
+                hier[1] + 2 * (nodes - 1) * wh)
+    out = {"flat": flat}
+    if nodes > 1:
+        out["hier"] = hier
+    return out
 
 
 def closest(measured, layouts):
-    """(layout, theory) of `layouts` nearest to `measured`; (None, None) when none."""
-    if measured is None or not layouts:
-        return None, None
-    return min(layouts.items(), key=lambda kv: abs(measured - kv[1]))
+    """(layout, (wire, inter)) of `layouts` whose inter-node theory is nearest to
+    `measured`; the first layout when nothing was measured; (None, (None, None)) when
+    there is no theory."""
+    if not layouts:
+        return None, (None, None)
+    if measured is None or any(v[1] is None for v in layouts.values()):
+        return next(iter(layouts.items()))
+    return min(layouts.items(), key=lambda kv: abs(measured - kv[1][1]))
 
 
 def human(n):
@@ -176,8 +198,8 @@ def main_table(data, meta, out):
                 continue
             t = med(rows, "time")
             wire, inter, src = wire_of(rows, n) if v != "mpi" else (None, None, "")
-            th, layouts = theory(v, n, ppn, count, block) if v != "mpi" else (None, {})
-            layout, ith = closest(inter, layouts)
+            layout, (th, ith) = closest(inter, theory(v, n, ppn, count, block)
+                                        if v != "mpi" else {})
             ratio = inter / ith if inter is not None and ith else None
             speed = t_tide / t if t_tide and t else None
             wrong = sum(r.get("wrong", 0) for r in rows)
@@ -191,12 +213,14 @@ def main_table(data, meta, out):
             print("%-11s %11.0f %7.3f %12s %12s %12s %12s %7s %8s %10s %6d" % (
                 v, t, row["busbw"], fmt(wire, ".0f", 12) + ("*" if src == "r0" else ""),
                 fmt(inter, ".0f", 12), fmt(th, ".0f", 12),
-                fmt(ith, ".0f", 12) + {"flat": "f", "hier": "h"}.get(layout, ""),
+                fmt(ith, ".0f", 12) + {"flat": "f", "hier": "h"}.get(layout, "") if ith
+                else fmt(None, "", 12),
                 fmt(ratio, ".3f", 7), fmt(speed, ".2f", 8), fmt(row["maxabs"], ".3g", 10),
                 wrong))
-        print("  (*: rank 0's counters; inter: mean over ranks; inter-theory: the nearer of "
-              "the flat (f) and hierarchical (h)\n   layouts' theory; i/theo: inter/rank over "
-              "it; tide/x: uncompressed Tide time / this time)")
+        print("  (*: rank 0's counters; inter: mean over ranks; theory: of the layout, flat "
+              "(f, cmp_a2a) or hierarchical\n   (h, cmp_hier), whose inter-node bytes are the "
+              "nearer; i/theo: inter/rank over its theory;\n   tide/x: uncompressed Tide time / "
+              "this time)")
         verdicts(summary, size)
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         if summary:
@@ -245,8 +269,10 @@ def sweep_table(data, meta, out):
         aw, _, _ = wire_of(data.get("auto", {}).get(size, []), n)
         like = "?"
         if aw:
-            cands = {c: wire_bytes(c, -(-(size // 4) // n), block) * 2 * (n - 1)
-                     for c in ("fp16", "int8", "int4")}
+            cands = {}
+            for c in ("fp16", "int8", "int4"):  # each codec's wire theory nearest auto's
+                walls = [v[0] for v in theory(c, n, ppn, size // 4, block).values()]
+                cands[c] = min(walls, key=lambda w: abs(aw - w))
             cands["none"] = wire_of(data.get("tide", {}).get(size, []), n)[0]
             for c, th in cands.items():
                 if th and abs(aw - th) <= 0.05 * th:
