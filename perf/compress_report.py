@@ -67,6 +67,10 @@ def parse(path):
                 r["time"], r["busbw"] = float(f_[5]), float(f_[7])
             except ValueError:
                 continue
+            try:
+                r["time_ip"] = float(f_[9])
+            except ValueError:
+                pass
             r["wrong"] = sum(int(x) for x in (f_[8], f_[12]) if x.isdigit())
             if len(f_) >= 16:
                 r["wire"] = int(f_[13])
@@ -188,9 +192,9 @@ def main_table(data, meta, out):
         print("All-Reduce %d B float32 sum, %d x %d ranks, link %s: medians of %d runs"
               % (size, meta["nodes"], ppn, meta["rate"],
                  max(len(data[v].get(size, [])) for v in variants)))
-        print("%-11s %11s %7s %12s %12s %12s %12s %7s %8s %10s %6s" % (
-            "variant", "time(us)", "busbw", "wire/rank", "inter/rank", "theory/rank",
-            "inter-theory", "i/theo", "tide/x", "maxabs", "#wrong"))
+        print("%-11s %11s %11s %7s %12s %12s %12s %12s %7s %8s %10s %6s" % (
+            "variant", "time(us)", "in-place", "busbw", "wire/rank", "inter/rank",
+            "theory/rank", "inter-theory", "i/theo", "tide/x", "maxabs", "#wrong"))
         t_tide = med(data.get("tide", {}).get(size, []), "time")
         for v in variants:
             rows = data[v].get(size, [])
@@ -203,21 +207,25 @@ def main_table(data, meta, out):
             ratio = inter / ith if inter is not None and ith else None
             speed = t_tide / t if t_tide and t else None
             wrong = sum(r.get("wrong", 0) for r in rows)
-            row = {"size": size, "variant": v, "time_us": t, "busbw": med(rows, "busbw"),
+            row = {"size": size, "variant": v, "time_us": t, "time_ip_us": med(rows, "time_ip"),
+                   "busbw": med(rows, "busbw"),
                    "wire_per_rank": wire, "inter_per_rank": inter, "traffic_source": src,
                    "theory_wire": th, "theory_inter": ith, "inter_layout": layout,
                    "inter_over_theory": ratio,
                    "tide_over_variant": speed, "maxabs": worst(rows, "maxabs"),
                    "maxrel": worst(rows, "maxrel"), "wrong": wrong, "runs": len(rows)}
             summary.append(row)
-            print("%-11s %11.0f %7.3f %12s %12s %12s %12s %7s %8s %10s %6d" % (
-                v, t, row["busbw"], fmt(wire, ".0f", 12) + ("*" if src == "r0" else ""),
+            print("%-11s %11.0f %11s %7.3f %12s %12s %12s %12s %7s %8s %10s %6d" % (
+                v, t, fmt(row["time_ip_us"], ".0f", 11), row["busbw"],
+                fmt(wire, ".0f", 12) + ("*" if src == "r0" else ""),
                 fmt(inter, ".0f", 12), fmt(th, ".0f", 12),
                 fmt(ith, ".0f", 12) + {"flat": "f", "hier": "h"}.get(layout, "") if ith
                 else fmt(None, "", 12),
                 fmt(ratio, ".3f", 7), fmt(speed, ".2f", 8), fmt(row["maxabs"], ".3g", 10),
                 wrong))
-        print("  (*: rank 0's counters; inter: mean over ranks; theory: of the layout, flat "
+        print("  (time: out-of-place, the verdicts' figure; in-place: the same tool's in-place "
+              "column, its own compressor;\n   *: rank 0's counters; inter: mean over ranks; "
+              "theory: of the layout, flat "
               "(f, cmp_a2a) or hierarchical\n   (h, cmp_hier), whose inter-node bytes are the "
               "nearer; i/theo: inter/rank over its theory;\n   tide/x: uncompressed Tide time / "
               "this time)")
