@@ -1,5 +1,6 @@
 // all_gather_perf: tideAllGather; the size is the total received, each rank
 // sends size / nranks. In place: sendbuff = recvbuff + rank * sendcount.
+// --compress: tideAllGatherCompressed (common/compress.h).
 #include "common/harness.h"
 
 namespace {
@@ -42,5 +43,5 @@ uint64_t Check(const Bench& b, const Pattern& p) {
 int main(int argc, char** argv) {
   static const tide_perf::Collective kColl = {"AllGather", false,       false, true,    Sizes,
                                               BusFactor,   SetPointers, Issue, Prepare, Check};
-  return tide_perf::PerfMain(argc, argv, kColl);
+  return tide_perf::PerfMain(argc, argv, kColl, tide_perf::CompressKind::kAllGather);
 }

@@ -1,4 +1,5 @@
 // all_reduce_perf: tideAllReduce of `count` elements; in place when send == recv.
+// --compress: tideAllReduceCompressed (common/compress.h).
 #include "common/harness.h"
 
 namespace {
@@ -32,5 +33,5 @@ int main(int argc, char** argv) {
   static const tide_perf::Collective kColl = {
       "AllReduce", true,    false, true, Sizes, BusFactor, tide_perf::SamePointerInPlace,
       Issue,       Prepare, Check};
-  return tide_perf::PerfMain(argc, argv, kColl);
+  return tide_perf::PerfMain(argc, argv, kColl, tide_perf::CompressKind::kAllReduce);
 }

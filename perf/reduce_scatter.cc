@@ -1,5 +1,6 @@
 // reduce_scatter_perf: tideReduceScatter; the size is the total sent, each rank
 // receives size / nranks. In place: recvbuff = sendbuff + rank * recvcount.
+// --compress: tideReduceScatterCompressed (common/compress.h).
 #include "common/harness.h"
 
 namespace {
@@ -45,5 +46,5 @@ uint64_t Check(const Bench& b, const Pattern& p) {
 int main(int argc, char** argv) {
   static const tide_perf::Collective kColl = {"ReduceScatter", true,        false, true,    Sizes,
                                               BusFactor,       SetPointers, Issue, Prepare, Check};
-  return tide_perf::PerfMain(argc, argv, kColl);
+  return tide_perf::PerfMain(argc, argv, kColl, tide_perf::CompressKind::kReduceScatter);
 }

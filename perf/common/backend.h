@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/data.h"
+#include "tide/compress.h"
 #include "tide/tide.h"
 
 namespace tide_perf {
@@ -79,6 +80,44 @@ class Backend {
   // original data.
   virtual tideResult_t SendRecv(const void* send, int to, void* recv, int from, size_t count,
                                 tideDataType_t type) = 0;
+
+  // Compressed collectives (tide/compress.h; perf/common/compress.h). A
+  // backend without them keeps these defaults: CanCompress false, every call
+  // tideInvalidUsage. Compressors are local objects of this rank; the
+  // collectives take the plain ones' contracts plus the compressor.
+  virtual bool CanCompress() const { return false; }
+  virtual tideResult_t CompressorCreate(const tideCompressConfig_t& config,
+                                        tideCompressor_t* compressor) {
+    (void)config;
+    (void)compressor;
+    return tideInvalidUsage;
+  }
+  virtual tideResult_t CompressorDestroy(tideCompressor_t compressor) {
+    (void)compressor;
+    return tideInvalidUsage;
+  }
+  // Clears the residuals and the rounding position (the next call is a first call).
+  virtual tideResult_t CompressorReset(tideCompressor_t compressor) {
+    (void)compressor;
+    return tideInvalidUsage;
+  }
+  virtual tideResult_t AllReduceCompressed(const void* send, void* recv, size_t count,
+                                           tideDataType_t type, tideRedOp_t op,
+                                           tideCompressor_t compressor) {
+    (void)send, (void)recv, (void)count, (void)type, (void)op, (void)compressor;
+    return tideInvalidUsage;
+  }
+  virtual tideResult_t ReduceScatterCompressed(const void* send, void* recv, size_t count,
+                                               tideDataType_t type, tideRedOp_t op,
+                                               tideCompressor_t compressor) {
+    (void)send, (void)recv, (void)count, (void)type, (void)op, (void)compressor;
+    return tideInvalidUsage;
+  }
+  virtual tideResult_t AllGatherCompressed(const void* send, void* recv, size_t count,
+                                           tideDataType_t type, tideCompressor_t compressor) {
+    (void)send, (void)recv, (void)count, (void)type, (void)compressor;
+    return tideInvalidUsage;
+  }
 
   // Payload bytes this rank has sent/received since init: {intra-node sent,
   // intra-node received, inter-node sent, inter-node received}. False when the

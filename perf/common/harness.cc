@@ -1,10 +1,8 @@
 #include "common/harness.h"
 
-#include <getopt.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/parse.h"
+#include "common/options.h"
 
 #ifdef TIDE_PERF_MPI
 namespace tide_perf {
@@ -24,233 +22,6 @@ Backend* MpiBackend();  // perf/mpi/mpi_backend.cc
 
 namespace tide_perf {
 namespace {
-
-struct Options {
-  size_t min_bytes = 32u << 20;
-  size_t max_bytes = 32u << 20;
-  size_t step_bytes = 1u << 20;
-  size_t step_factor = 1;
-  bool step_by_factor = false;
-  int iters = 20;
-  int warmup = 1;
-  int check = 1;
-  int blocking = 0;
-  int average = 1;
-  std::vector<const DType*> types;
-  std::vector<int> ops;
-  int root = 0;  // -1: every root
-  bool traffic = false;
-  std::vector<std::string> notes;
-};
-
-// Rank 0 of the job prints; before the communicator exists the launcher's
-// environment tells which process that is. Returns -1 when unknown (then
-// every process prints).
-int GuessRank() {
-  for (const char* var :
-       {"TIDE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') return std::atoi(v);
-  }
-  return -1;
-}
-
-void Usage(const char* prog) {
-  std::printf(
-      "Usage: %s [options]\n"
-      "  -b, --minbytes <n>      smallest size in bytes (K/M/G suffixes). Default 32M\n"
-      "  -e, --maxbytes <n>      largest size in bytes. Default 32M\n"
-      "  -i, --stepbytes <n>     add this many bytes between sizes. Default 1M\n"
-      "  -f, --stepfactor <n>    multiply sizes by this factor (excludes -i)\n"
-      "  -n, --iters <n>         timed iterations. Default 20\n"
-      "  -w, --warmup_iters <n>  warmup iterations. Default 1\n"
-      "  -c, --check <0/1>       check results. Default 1\n"
-      "  -d, --datatype <type>   int8 uint8 int32 uint32 int64 uint64 half float double\n"
-      "                          bfloat16 f8e4m3 f8e5m2, or all. Default float\n"
-      "  -o, --op <op>           sum prod max min avg, or all. Default sum\n"
-      "  -r, --root <n>          root rank, or all. Default 0\n"
-      "  -z, --blocking <0/1>    1: every call completes before returning (NULL stream);\n"
-      "                          0: calls go to a host stream, synchronized after the loop.\n"
-      "                          Default 0\n"
-      "  -a, --average <0..3>    report time of rank 0 / average / min / max. Default 1\n"
-      "  -t, --nthreads <1>      threads per process (only 1)\n"
-      "  -g, --ngpus <1>         devices per thread (only 1)\n"
-      "  -m, --agg_iters <n>     accepted and ignored\n"
-      "  -G, --cudagraph <n>     accepted and ignored\n"
-      "  --traffic               after each size, print this rank's payload bytes per\n"
-      "                          out-of-place call by link class (intra-/inter-node)\n"
-      "  -h, --help              this text\n"
-      "Ranks come from the launcher (tiderun, mpirun, torchrun); alone it runs 1 rank.\n",
-      prog);
-}
-
-bool ParseInt(const char* s, int lo, int hi, int* out) {
-  size_t v;
-  if (!ParseSize(s, &v) || v < static_cast<size_t>(lo) || v > static_cast<size_t>(hi)) {
-    return false;
-  }
-  *out = static_cast<int>(v);
-  return true;
-}
-
-// Returns -1 to continue, else an exit status.
-int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Options* o) {
-  constexpr int kArg = required_argument;
-  static const struct option kLong[] = {{"nthreads", kArg, nullptr, 't'},
-                                        {"ngpus", kArg, nullptr, 'g'},
-                                        {"minbytes", kArg, nullptr, 'b'},
-                                        {"maxbytes", kArg, nullptr, 'e'},
-                                        {"stepbytes", kArg, nullptr, 'i'},
-                                        {"stepfactor", kArg, nullptr, 'f'},
-                                        {"iters", kArg, nullptr, 'n'},
-                                        {"agg_iters", kArg, nullptr, 'm'},
-                                        {"warmup_iters", kArg, nullptr, 'w'},
-                                        {"check", kArg, nullptr, 'c'},
-                                        {"op", kArg, nullptr, 'o'},
-                                        {"datatype", kArg, nullptr, 'd'},
-                                        {"root", kArg, nullptr, 'r'},
-                                        {"blocking", kArg, nullptr, 'z'},
-                                        {"average", kArg, nullptr, 'a'},
-                                        {"cudagraph", kArg, nullptr, 'G'},
-                                        {"help", no_argument, nullptr, 'h'},
-                                        {"traffic", no_argument, nullptr, 1000},
-                                        {nullptr, 0, nullptr, 0}};
-  std::string type_arg = "float", op_arg = "sum";
-  bool saw_i = false, saw_f = false;
-  auto bad = [&](const char* what, const char* val) {
-    if (printer) std::fprintf(stderr, "%s: invalid %s '%s' (see -h)\n", argv[0], what, val);
-    return 1;
-  };
-  int c, v;
-  opterr = printer ? 1 : 0;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:a:G:h", kLong, nullptr)) != -1) {
-    switch (c) {
-      case 't':
-      case 'g':
-        if (!ParseInt(optarg, 1, 1, &v)) {
-          if (printer) {
-            std::fprintf(stderr,
-                         "%s: -%c %s is not supported: Tide perf tools run one rank per "
-                         "process with one thread; launch more ranks with tiderun -n N\n",
-                         argv[0], c, optarg);
-          }
-          return 1;
-        }
-        break;
-      case 'b':
-        if (!ParseSize(optarg, &o->min_bytes)) return bad("minbytes", optarg);
-        break;
-      case 'e':
-        if (!ParseSize(optarg, &o->max_bytes)) return bad("maxbytes", optarg);
-        break;
-      case 'i':
-        if (!ParseSize(optarg, &o->step_bytes)) return bad("stepbytes", optarg);
-        saw_i = true;
-        break;
-      case 'f':
-        if (!ParseSize(optarg, &o->step_factor) || o->step_factor < 1) {
-          return bad("stepfactor", optarg);
-        }
-        saw_f = true;
-        break;
-      case 'n':
-        if (!ParseInt(optarg, 1, 1 << 30, &o->iters)) return bad("iters", optarg);
-        break;
-      case 'w':
-        if (!ParseInt(optarg, 0, 1 << 30, &o->warmup)) return bad("warmup", optarg);
-        break;
-      case 'c':
-        if (!ParseInt(optarg, 0, 1, &o->check)) return bad("check", optarg);
-        break;
-      case 'z':
-        if (!ParseInt(optarg, 0, 1, &o->blocking)) return bad("blocking", optarg);
-        break;
-      case 'a':
-        if (!ParseInt(optarg, 0, 3, &o->average)) return bad("average", optarg);
-        break;
-      case 'o':
-        op_arg = optarg;
-        break;
-      case 1000:
-        o->traffic = true;
-        break;
-      case 'd':
-        type_arg = optarg;
-        break;
-      case 'r':
-        if (std::strcmp(optarg, "all") == 0 || std::strcmp(optarg, "-1") == 0) {
-          o->root = -1;
-        } else if (!ParseInt(optarg, 0, 1 << 30, &o->root)) {
-          return bad("root", optarg);
-        }
-        break;
-      case 'm':
-        o->notes.push_back("-m (aggregated iterations) is ignored: each call is timed alone");
-        break;
-      case 'G':
-        o->notes.push_back("-G (CUDA graphs) is ignored: host buffers have no graphs");
-        break;
-      case 'h':
-        if (printer) Usage(argv[0]);
-        return 0;
-      default:
-        if (printer) Usage(argv[0]);
-        return 1;
-    }
-  }
-  if (optind < argc) return bad("argument", argv[optind]);
-  if (saw_i && saw_f) {
-    if (printer) std::fprintf(stderr, "%s: -i and -f are mutually exclusive\n", argv[0]);
-    return 1;
-  }
-  o->step_by_factor = saw_f && o->step_factor > 1;
-  if (o->min_bytes > o->max_bytes) {
-    if (printer) std::fprintf(stderr, "%s: minbytes is larger than maxbytes\n", argv[0]);
-    return 1;
-  }
-  // "all" means every type (op) the backend supports; naming an unsupported
-  // one is an error.
-  std::string skipped;
-  if (type_arg == "all") {
-    for (const DType* t : AllDTypes()) {
-      if (be.Unsupported(*t, kOpNone) == nullptr) {
-        o->types.push_back(t);
-      } else {
-        skipped += std::string(" ") + t->name;
-      }
-    }
-  } else {
-    const DType* t = FindDType(type_arg);
-    if (t == nullptr) return bad("datatype", type_arg.c_str());
-    if (const char* why = be.Unsupported(*t, kOpNone)) {
-      if (printer) std::fprintf(stderr, "%s: datatype %s: %s\n", argv[0], t->name, why);
-      return 1;
-    }
-    o->types.push_back(t);
-  }
-  if (op_arg == "all") {
-    for (int op : AllOps()) {
-      if (be.Unsupported(*o->types.front(), op) == nullptr) {
-        o->ops.push_back(op);
-      } else {
-        skipped += std::string(" ") + OpName(op);
-      }
-    }
-  } else {
-    int op = FindOp(op_arg);
-    if (op < 0) return bad("op", op_arg.c_str());
-    if (const char* why = be.Unsupported(*o->types.front(), op)) {
-      if (printer) std::fprintf(stderr, "%s: op %s: %s\n", argv[0], op_arg.c_str(), why);
-      return 1;
-    }
-    o->ops.push_back(op);
-  }
-  if (!skipped.empty()) {
-    o->notes.push_back(std::string("'all' skips what the ") + be.Name() +
-                       " backend cannot run:" + skipped);
-  }
-  return -1;
-}
 
 // Process-wide state of one run.
 struct Run {
@@ -266,6 +37,13 @@ struct Run {
   // --traffic: bytes per out-of-place call of the last size measured.
   bool have_traffic = false;
   unsigned long long traffic[4] = {};
+  // --compress: the tool's compressed form and, for the size being measured,
+  // the out-of-place call's bytes sent (max and sum over ranks: everything,
+  // inter-node) and the largest errors of both variants' checks.
+  CompressKind kind = CompressKind::kNone;
+  CompressNodes nodes;  // which node each rank is on
+  unsigned long long wire[4] = {};
+  double err[2] = {};
 };
 
 [[noreturn]] void Fail(const Run& run, const char* what, tideResult_t res) {
@@ -285,6 +63,11 @@ void Try(const Run& run, const char* what, tideResult_t res) {
 }
 
 void Sync(const Run& run) { Try(run, "synchronize", run.be->Sync()); }
+
+// The measured call: the compressed collective when b has a compressor.
+tideResult_t Issue(const Run& run, const Bench& b) {
+  return b.compressor != nullptr ? CompressIssue(run.kind, b) : run.coll->issue(b);
+}
 
 // Blocking all-reduce of host values (nothing else in flight).
 void HostAllReduce(const Run& run, void* data, size_t count, tideDataType_t type, tideRedOp_t op) {
@@ -315,20 +98,33 @@ void PrintHeader(const Run& run) {
       o.min_bytes, o.max_bytes, o.step_by_factor ? o.step_factor : o.step_bytes,
       o.step_by_factor ? "factor" : "bytes", o.warmup, o.iters, o.check);
   for (const std::string& n : o.notes) std::printf("# Note: %s\n", n.c_str());
+  if (o.cz.enabled) {
+    std::printf(
+        "# Compression: %s; one compressor per size and variant.\n"
+        "#   wire(B): bytes a rank sent per out-of-place call (traffic counters, max over\n"
+        "#   ranks); maxabs, maxrel: largest |error| and |error|/|exact| against the fp64\n"
+        "#   reference over the -c 1 calls of both variants and every rank; #wrong: elements\n"
+        "#   beyond the bound of docs/compression.md.\n",
+        CompressDescribe(o.cz).c_str());
+  }
   std::printf("#\n# Using devices\n");
   for (int r = 0; r < run.nranks; ++r) {
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device  0 [host] CPU\n", r,
                 static_cast<int>(all[r].pid), all[r].host);
   }
   std::printf("#\n");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %31s  %31s\n", "", "", "", "", "", "out-of-place",
-              "in-place");
+  const bool cz = o.cz.enabled;
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %31s  %31s%s\n", "", "", "", "", "", "out-of-place",
+              "in-place", cz ? "                     compression" : "");
   std::printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
   std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
-  std::printf("  %7s  %6s  %6s  %6s\n", "time", "algbw", "busbw", "#wrong");
-  std::printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+  if (cz) std::printf("  %10s  %9s  %9s", "wire(B)", "maxabs", "maxrel");
+  std::printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
   std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
-  std::printf("  %7s  %6s  %6s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+  if (cz) std::printf("  %10s  %9s  %9s", "", "", "");
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -338,14 +134,23 @@ void Measure(Run& run, Bench& b, size_t bytes) {
   coll.set_pointers(&b);
   Barrier(run);
   unsigned long long before[4] = {}, after[4] = {};
-  const bool count = run.opt.traffic && !b.in_place && run.be->Traffic(before);
+  const bool cz = b.compressor != nullptr;
+  const bool count = (run.opt.traffic || cz) && !b.in_place && run.be->Traffic(before);
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < run.opt.iters; ++i) Try(run, coll.name, coll.issue(b));
+  for (int i = 0; i < run.opt.iters; ++i) Try(run, coll.name, Issue(run, b));
   Sync(run);
   auto t1 = std::chrono::steady_clock::now();
   if (count && run.be->Traffic(after)) {
-    run.have_traffic = true;
+    run.have_traffic = run.opt.traffic;
     for (int k = 0; k < 4; ++k) run.traffic[k] = (after[k] - before[k]) / run.opt.iters;
+  }
+  if (cz && !b.in_place) {
+    // Bytes sent per call: {all, inter-node}, max and sum over ranks.
+    unsigned long long mx[2] = {run.traffic[0] + run.traffic[2], run.traffic[2]};
+    unsigned long long sum[2] = {mx[0], mx[1]};
+    HostAllReduce(run, mx, 2, tideUint64, tideMax);
+    HostAllReduce(run, sum, 2, tideUint64, tideSum);
+    run.wire[0] = mx[0], run.wire[1] = sum[0], run.wire[2] = mx[1], run.wire[3] = sum[1];
   }
   double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / run.opt.iters;
   if (run.opt.average != 0) {
@@ -354,7 +159,22 @@ void Measure(Run& run, Bench& b, size_t bytes) {
     if (run.opt.average == 1) us /= run.nranks;
   }
   uint64_t wrong = 0;
-  if (run.opt.check) {
+  if (run.opt.check && cz) {
+    // A first call of the compressor (residual zero), as the bound assumes.
+    b.seed = Mix64(0x7469646570657266ull + run.checks++);
+    Try(run, "tideCompressorReset", run.be->CompressorReset(b.compressor));
+    CompressPrepare(run.kind, b, b.seed);
+    Try(run, coll.name, Issue(run, b));
+    Sync(run);
+    const CompressCheck c = CompressVerify(run.kind, b, run.opt.cz, run.nodes, b.seed);
+    wrong = c.wrong;
+    double err[2] = {c.maxabs, c.maxrel};
+    HostAllReduce(run, &wrong, 1, tideUint64, tideSum);
+    HostAllReduce(run, err, 2, tideFloat64, tideMax);
+    run.err[0] = std::max(run.err[0], err[0]);
+    run.err[1] = std::max(run.err[1], err[1]);
+    run.total_wrong += wrong;
+  } else if (run.opt.check) {
     b.seed = Mix64(0x7469646570657266ull + run.checks++);
     Pattern pattern(*b.dt, coll.uses_op ? b.op : kOpNone, run.nranks, b.seed);
     coll.prepare(b, pattern);
@@ -377,6 +197,22 @@ void Measure(Run& run, Bench& b, size_t bytes) {
   }
 }
 
+// --compress: a fresh compressor for b's variant, gradient-like input in its
+// send buffer, then the warmup calls (the plain path warms up out-of-place only).
+void StartCompressed(Run& run, Bench& b) {
+  run.coll->set_pointers(&b);
+  Try(run, "tideCompressorCreate",
+      run.be->CompressorCreate(CompressConfig(run.opt.cz), &b.compressor));
+  CompressPrepare(run.kind, b, Mix64(0x74696d696e67ull ^ b.count));
+  for (int i = 0; i < run.opt.warmup; ++i) Try(run, run.coll->name, Issue(run, b));
+  Sync(run);
+}
+
+void EndCompressed(Run& run, Bench& b) {
+  Try(run, "tideCompressorDestroy", run.be->CompressorDestroy(b.compressor));
+  b.compressor = nullptr;
+}
+
 void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, char* send_base,
                char* recv_base) {
   const Collective& coll = *run.coll;
@@ -394,24 +230,43 @@ void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, ch
     std::printf("%12zu  %12zu  %8s  %6s  %6d", bytes, b.count, dt->name,
                 coll.uses_op ? OpName(op) : "none", coll.uses_root ? root : -1);
   }
+  const bool cz = run.opt.cz.enabled;
+  run.err[0] = run.err[1] = 0;
   b.in_place = false;
-  coll.set_pointers(&b);
-  for (int i = 0; i < run.opt.warmup; ++i) Try(run, coll.name, coll.issue(b));
-  Sync(run);
+  if (cz) {
+    StartCompressed(run, b);
+  } else {
+    coll.set_pointers(&b);
+    for (int i = 0; i < run.opt.warmup; ++i) Try(run, coll.name, coll.issue(b));
+    Sync(run);
+  }
   Measure(run, b, bytes);
+  if (cz) EndCompressed(run, b);
   if (coll.in_place_ok) {
     b.in_place = true;
+    if (cz) StartCompressed(run, b);
     Measure(run, b, bytes);
+    if (cz) EndCompressed(run, b);
   } else if (run.rank == 0) {
     std::printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
   }
   if (run.rank == 0) {
+    if (cz && run.opt.check) {
+      std::printf("  %10llu  %9.3g  %9.3g", run.wire[0], run.err[0], run.err[1]);
+    } else if (cz) {
+      std::printf("  %10llu  %9s  %9s", run.wire[0], "N/A", "N/A");
+    }
     std::printf("\n");
     if (run.have_traffic) {
       std::printf(
           "#  traffic %12zu  intra-sent %llu intra-recv %llu inter-sent %llu "
           "inter-recv %llu\n",
           bytes, run.traffic[0], run.traffic[1], run.traffic[2], run.traffic[3]);
+      if (cz) {
+        std::printf(
+            "#  compress %12zu  wire-max %llu wire-sum %llu inter-max %llu inter-sum %llu\n", bytes,
+            run.wire[0], run.wire[1], run.wire[2], run.wire[3]);
+      }
     }
     std::fflush(stdout);
   }
@@ -436,7 +291,7 @@ void SamePointerInPlace(Bench* b) {
   b->send = b->in_place ? b->recv_base : b->send_base;
 }
 
-int PerfMain(int argc, char** argv, const Collective& coll) {
+int PerfMain(int argc, char** argv, const Collective& coll, CompressKind compress) {
 #ifdef TIDE_PERF_MPI
   Backend* be = MpiBackend();
 #else
@@ -446,8 +301,9 @@ int PerfMain(int argc, char** argv, const Collective& coll) {
   Run run;
   run.coll = &coll;
   run.be = be;
+  run.kind = compress;
   run.rank = GuessRank();
-  const int parsed = ParseOptions(argc, argv, run.rank <= 0, *be, &run.opt);
+  const int parsed = ParseOptions(argc, argv, run.rank <= 0, *be, compress, &run.opt);
   if (parsed >= 0) return parsed;
   for (std::string& n : be->Notes(run.opt.blocking != 0)) run.opt.notes.push_back(std::move(n));
   Try(run, "init", be->Init(run.opt.blocking != 0, &run.rank, &run.nranks));
@@ -460,6 +316,12 @@ int PerfMain(int argc, char** argv, const Collective& coll) {
     return 1;
   }
   PrintHeader(run);
+  if (o.cz.enabled) {
+    std::vector<uint64_t> keys(static_cast<size_t>(run.nranks));
+    const uint64_t mine = CompressNodeKey();
+    Try(run, "AllGather (nodes)", be->HostAllGather(&mine, keys.data(), sizeof(mine)));
+    run.nodes = CompressNodesOf(keys);
+  }
 
   char* send_base = AllocTouched(o.max_bytes);
   char* recv_base = AllocTouched(o.max_bytes);

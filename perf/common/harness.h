@@ -4,9 +4,11 @@
 // Tide's tideCommInitFromEnv, or MPI when the harness is built with
 // TIDE_PERF_MPI (the *_perf_mpi tools). A tool describes its collective with a
 // Collective table and calls PerfMain, which
-// parses the command line, loops over data types, ops, roots and sizes, times
-// out-of-place and in-place runs, checks results and prints nccl-tests-shaped
-// output on rank 0. Single-threaded; uses only the public API (or MPI).
+// parses the command line (options.h), loops over data types, ops, roots and
+// sizes, times out-of-place and in-place runs, checks results and prints
+// nccl-tests-shaped output on rank 0. With --compress (compress.h) the tools
+// that pass a CompressKind call the compressed collectives instead and print
+// three more columns. Single-threaded; uses only the public API (or MPI).
 #ifndef TIDE_PERF_COMMON_HARNESS_H_
 #define TIDE_PERF_COMMON_HARNESS_H_
 
@@ -14,6 +16,7 @@
 #include <cstdint>
 
 #include "common/backend.h"
+#include "common/compress.h"
 #include "common/data.h"
 #include "tide/tide.h"
 
@@ -36,6 +39,9 @@ struct Bench {
   void* send = nullptr;       // pointers passed to the call (set by SetPointers)
   void* recv = nullptr;
   uint64_t seed = 0;  // fresh per check; used for garbage fills
+  // --compress: this variant's compressor (the Compressed call is issued);
+  // nullptr: the plain collective.
+  tideCompressor_t compressor = nullptr;
 };
 
 struct Collective {
@@ -66,7 +72,9 @@ void GarbageRecv(const Bench& b);
 
 // Runs the tool; returns the process exit status (0 only if every call
 // succeeded and every check passed). May exit the process on a failed call.
-int PerfMain(int argc, char** argv, const Collective& coll);
+// `compress`: the tool's compressed form (--compress), kNone when it has none.
+int PerfMain(int argc, char** argv, const Collective& coll,
+             CompressKind compress = CompressKind::kNone);
 
 }  // namespace tide_perf
 

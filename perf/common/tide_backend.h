@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/backend.h"
+#include "tide/compress.h"
 #include "tide/tide.h"
 
 namespace tide_perf {
@@ -76,6 +77,31 @@ class TideBackend final : public Backend {
     out[2] = t.interNodeSent;
     out[3] = t.interNodeRecv;
     return true;
+  }
+
+  bool CanCompress() const override { return true; }
+  tideResult_t CompressorCreate(const tideCompressConfig_t& config,
+                                tideCompressor_t* compressor) override {
+    return tideCompressorCreate(comm_, &config, compressor);
+  }
+  tideResult_t CompressorDestroy(tideCompressor_t compressor) override {
+    return tideCompressorDestroy(compressor);
+  }
+  tideResult_t CompressorReset(tideCompressor_t compressor) override {
+    return tideCompressorReset(compressor);
+  }
+  tideResult_t AllReduceCompressed(const void* send, void* recv, size_t count, tideDataType_t type,
+                                   tideRedOp_t op, tideCompressor_t compressor) override {
+    return tideAllReduceCompressed(send, recv, count, type, op, compressor, comm_, stream_);
+  }
+  tideResult_t ReduceScatterCompressed(const void* send, void* recv, size_t count,
+                                       tideDataType_t type, tideRedOp_t op,
+                                       tideCompressor_t compressor) override {
+    return tideReduceScatterCompressed(send, recv, count, type, op, compressor, comm_, stream_);
+  }
+  tideResult_t AllGatherCompressed(const void* send, void* recv, size_t count, tideDataType_t type,
+                                   tideCompressor_t compressor) override {
+    return tideAllGatherCompressed(send, recv, count, type, compressor, comm_, stream_);
   }
 
   tideResult_t AllReduce(const void* send, void* recv, size_t count, tideDataType_t type,
