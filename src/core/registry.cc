@@ -46,14 +46,17 @@ void registerAlgorithm(const AlgorithmInfo* algo) { algorithmList().push_back(al
 const std::vector<const AlgorithmInfo*>& registeredAlgorithms() { return algorithmList(); }
 
 namespace {
-LaneFactory& laneSlot() {
-  static LaneFactory f = nullptr;
-  return f;
+// One registered value of type T (the last registration wins), constructed on
+// first use so registrations from other files' static initializers find it.
+template <class T>
+T& slot() {
+  static T value{};
+  return value;
 }
 }  // namespace
 
-void registerLane(LaneFactory factory) { laneSlot() = factory; }
-LaneFactory laneFactory() { return laneSlot(); }
+void registerLane(LaneFactory factory) { slot<LaneFactory>() = factory; }
+LaneFactory laneFactory() { return slot<LaneFactory>(); }
 
 }  // namespace tide
 
@@ -63,15 +66,10 @@ LaneFactory laneFactory() { return laneSlot(); }
 
 namespace tide {
 
-namespace {
-const TopologyProvider*& topoSlot() {
-  static const TopologyProvider* p = nullptr;
-  return p;
+void registerTopologyProvider(const TopologyProvider* provider) {
+  slot<const TopologyProvider*>() = provider;
 }
-}  // namespace
-
-void registerTopologyProvider(const TopologyProvider* provider) { topoSlot() = provider; }
-const TopologyProvider* topologyProvider() { return topoSlot(); }
+const TopologyProvider* topologyProvider() { return slot<const TopologyProvider*>(); }
 
 }  // namespace tide
 
@@ -82,35 +80,15 @@ const TopologyProvider* topologyProvider() { return topoSlot(); }
 
 namespace tide {
 
-namespace {
-const CodecProvider*& codecSlot() {
-  static const CodecProvider* p = nullptr;
-  return p;
+void registerCodecProvider(const CodecProvider* provider) {
+  slot<const CodecProvider*>() = provider;
 }
-}  // namespace
-
-void registerCodecProvider(const CodecProvider* provider) { codecSlot() = provider; }
-const CodecProvider* codecProvider() { return codecSlot(); }
+const CodecProvider* codecProvider() { return slot<const CodecProvider*>(); }
 
 const char* codecName(int id) {
-  switch (id) {
-    case kCodecNone:
-      return "none";
-    case kCodecFp16:
-      return "fp16";
-    case kCodecBf16:
-      return "bf16";
-    case kCodecInt8:
-      return "int8";
-    case kCodecInt4:
-      return "int4";
-    case kCodecTopK:
-      return "topk";
-    case kCodecAuto:
-      return "auto";
-    default:
-      return "invalid";
-  }
+  // Indexed by tideCodec_t (core/codec.h CodecId).
+  static const char* const kNames[] = {"none", "fp16", "bf16", "int8", "int4", "topk", "auto"};
+  return id >= 0 && id <= kCodecAuto ? kNames[id] : "invalid";
 }
 
 uint64_t codecWireBytes(const Codec& c, uint64_t count) {
