@@ -174,18 +174,12 @@ double predictA2a(const CollArgs& a, const CommTopo& t, size_t /*chunkBytes*/) {
   const Wire wire = Wire::of(a.codec.id, a.codec.params);
   const double elems = static_cast<double>(a.count);
   const double rate = cmp::codecBytesPerUs(a.codec.id);
-  switch (a.type) {
-    case CollType::AllReduce: {
-      const double piece = static_cast<double>(wire.bytes(cmp::Shards(a.count, n).per));
-      return 2 * cmp::exchangeUs(t, piece) + 4 * elems * 4 / rate;
-    }
-    case CollType::ReduceScatter:
-      return cmp::exchangeUs(t, static_cast<double>(wire.bytes(a.count))) +
-             2 * elems * n * 4 / rate;
-    default:
-      return cmp::exchangeUs(t, static_cast<double>(wire.bytes(a.count))) +
-             2 * elems * n * 4 / rate;
+  if (a.type == CollType::AllReduce) {
+    const double piece = static_cast<double>(wire.bytes(cmp::Shards(a.count, n).per));
+    return 2 * cmp::exchangeUs(t, piece) + 4 * elems * 4 / rate;
   }
+  // ReduceScatter and AllGather: one exchange of count-element pieces.
+  return cmp::exchangeUs(t, static_cast<double>(wire.bytes(a.count))) + 2 * elems * n * 4 / rate;
 }
 
 bool supportsA2a(const CollArgs& a, int /*nranks*/) {

@@ -50,8 +50,8 @@ Task finishScatter(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x
                    const Pieces* pieces, Exchange* ex, float* acc);
 bool postGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* mine, float* resid,
                 uint64_t pos, const Pieces* pieces, Exchange* ex);
-Task finishGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const Pieces* pieces,
-                  Exchange* ex, float* result);
+Task finishGather(ExecCtx& ctx, const hier::Group* g, Wire wire, const Pieces* pieces, Exchange* ex,
+                  float* result);
 
 // resid: a residual over x (indexed like x) added before encoding, or null.
 // pos: the stochastic-rounding position of x[0]. acc: the member's piece

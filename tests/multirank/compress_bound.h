@@ -190,7 +190,7 @@ inline std::vector<double> CBound(const CSpec& s, const std::vector<std::vector<
   }
   // Reductions: the input range each output element comes from.
   const bool ar = s.coll == CColl::kAllReduce;
-  const size_t len = ar ? N : N;
+  const size_t len = N;  // output elements (All-Reduce and ReduceScatter alike)
   const size_t per = ar ? (N + n - 1) / n : N;
   std::vector<double> sum(ar ? N : N * n, 0), abs(sum.size(), 0), e1(sum.size(), 0);
   for (size_t i = 0; i < sum.size(); ++i) {

@@ -48,8 +48,8 @@ bool ResidualNorms(tideCompressor_t k, double* sender2, double* owner2) {
   if (64 + 4 * (ns + no) != bytes) return false;
   const auto* f = reinterpret_cast<const float*>(buf.data() + 64);
   *sender2 = *owner2 = 0;
-  for (uint64_t i = 0; i < ns; ++i) *sender2 += double(f[i]) * f[i];
-  for (uint64_t i = 0; i < no; ++i) *owner2 += double(f[ns + i]) * f[ns + i];
+  for (uint64_t i = 0; i < ns; ++i) *sender2 += static_cast<double>(f[i]) * f[i];
+  for (uint64_t i = 0; i < no; ++i) *owner2 += static_cast<double>(f[ns + i]) * f[ns + i];
   return true;
 }
 

@@ -202,6 +202,14 @@ const AlgorithmInfo* chooseAlgorithm(const CollArgs& args, const tideComm* comm,
 
 int chooseCodec(const CollArgs& args, const tideComm* comm) {
   if (comm->topo.singleNode() || comm->nranks < 2) return kCodecNone;
+  // Below this the calls are latency-bound: what compression saves is less
+  // than the model's error (perf/compress_compare.sh's sweep on 2 x 2 ranks
+  // over 1 Gbit/s: int8 lost or tied up to 128 KiB, won from 256 KiB on).
+  constexpr uint64_t kMinLossyBytes = 256 << 10;
+  if (args.count * args.elemSize * (args.type == CollType::AllReduce ? 1 : comm->nranks) <
+      kMinLossyBytes) {
+    return kCodecNone;
+  }
   int best = kCodecNone;
   double bestUs = 0;
   for (int id : {int{kCodecNone}, int{kCodecBf16}, int{kCodecInt8}}) {

@@ -39,7 +39,8 @@ Status planRoute(OpDesc* op, bool alone);
 // tideCodecAuto: the codec (a CodecId) a compressed call of `args` runs
 // with, from the cost model: the cheapest of none, bf16 and int8 by the rows'
 // predictions over the communicator's link classes; none on a communicator
-// whose ranks are all on one node (never a lossy codec over shared memory).
+// whose ranks are all on one node (never a lossy codec over shared memory)
+// and for calls under 256 KiB (latency-bound: the model's error exceeds the gain).
 // args.codec carries the compressor's params and state. The same on every
 // rank (a function of the call and the shared topology).
 int chooseCodec(const CollArgs& args, const tideComm* comm);
