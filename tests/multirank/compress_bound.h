@@ -180,6 +180,7 @@ inline std::vector<double> CBound(const CSpec& s, const std::vector<std::vector<
         } else {
           b = u * std::fabs(x[q][i]) + sub;
         }
+        b += 3 * std::ldexp(1.0, -23) * std::fabs(x[q][i]);  // fp32 slack (n = 1)
         out.push_back(b + dtU * (std::fabs(x[q][i]) + b));
       }
     }
