@@ -16,48 +16,24 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/compression/compressed_wire.h"
+#include "algorithms/compression/compressed_phases.h"
 #include "core/registry.h"
 
 namespace tide {
 
 namespace {
 
+using cmp::fail;
+using cmp::floatInput;
+using cmp::scaleAvg;
 using codec::TopkPair;
 
 thread_local codec::TopkScratch tTopk;
-
-void fail(ExecCtx& ctx, const char* what) {
-  ctx.setError(internalError("compressed collective (top-k): %s failed", what));
-}
 
 // Selects the top-k of x[0..m) (plus *resid, when not null) into out.
 bool select(const float* x, float* resid, size_t m, size_t k, TopkPair* out) {
   return resid != nullptr ? codec::topkFeedback(x, resid, m, k, out, tTopk)
                           : codec::topk(x, m, k, out, tTopk);
-}
-
-const float* floatInput(ExecCtx& ctx, const CollArgs& a, size_t n) {
-  if (a.dtype == tideFloat32) return static_cast<const float*>(a.sendbuff);
-  auto* x = static_cast<float*>(ctx.scratch(n * sizeof(float)));
-  if (x != nullptr) cmp::toFloat(a.dtype, a.sendbuff, n, x);
-  return x;
-}
-
-float* senderResidual(ExecCtx& ctx, const CollArgs& a, size_t n) {
-  if (!a.codec.params->errorFeedback) return nullptr;
-  auto* st = static_cast<codec::FeedbackState*>(a.codec.state);
-  if (st->sender.size() != n && !st->sender.resize(n)) {
-    ctx.setError(systemError("out of memory for a %zu-element error-feedback residual", n));
-    return nullptr;
-  }
-  return st->sender.data();
-}
-
-void scaleAvg(const CollArgs& a, int n, float* v, size_t count) {
-  if (!a.codec.avg) return;
-  const float inv = 1.0f / static_cast<float>(n);
-  for (size_t i = 0; i < count; ++i) v[i] *= inv;
 }
 
 // The dense fallback: an fp32 all-to-all of shards, summed in rank order at
@@ -120,7 +96,7 @@ Task topkAllReduce(ExecCtx& ctx) {
   auto* dense = static_cast<float*>(ctx.scratch(count * sizeof(float)));
   auto* pairs = static_cast<TopkPair*>(ctx.scratch(k * n * sizeof(TopkPair)));
   if (x == nullptr || dense == nullptr || pairs == nullptr || !ctx.error().ok()) co_return;
-  float* resid = senderResidual(ctx, a, count);
+  float* resid = cmp::residual(ctx, a, cmp::stateOf(a)->sender, count);
   if (!ctx.error().ok()) co_return;
   TopkPair* mine = pairs + k * r;
   if (!select(x, resid, count, k, mine)) {
@@ -158,7 +134,7 @@ Task topkReduceScatter(ExecCtx& ctx) {
   auto* acc = static_cast<float*>(ctx.scratch(count * sizeof(float)));
   if (x == nullptr || pairs == nullptr || in == nullptr || acc == nullptr || !ctx.error().ok())
     co_return;
-  float* resid = senderResidual(ctx, a, count * n);
+  float* resid = cmp::residual(ctx, a, cmp::stateOf(a)->sender, count * n);
   if (!ctx.error().ok()) co_return;
   std::vector<Pending> sends;
   for (int s = 1; s < n; ++s) {
@@ -201,7 +177,7 @@ Task topkAllGather(ExecCtx& ctx) {
   auto* pairs = static_cast<TopkPair*>(ctx.scratch(k * n * sizeof(TopkPair)));
   auto* dense = static_cast<float*>(ctx.scratch(count * n * sizeof(float)));
   if (x == nullptr || pairs == nullptr || dense == nullptr || !ctx.error().ok()) co_return;
-  float* resid = senderResidual(ctx, a, count);
+  float* resid = cmp::residual(ctx, a, cmp::stateOf(a)->sender, count);
   if (!ctx.error().ok()) co_return;
   if (!select(x, resid, count, k, pairs + k * r)) {
     fail(ctx, "selection");

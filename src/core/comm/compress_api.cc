@@ -81,9 +81,14 @@ Status parseConfig(const tideCompressConfig_t* c, int* codec, tide::CodecParams*
   return Status::Ok();
 }
 
-Status checkCompressor(const tideCompressor* cmp, const tideComm* comm) {
+Status checkLive(const tideCompressor* cmp) {
   if (cmp == nullptr) return invalidArgument("compressor is NULL");
   if (cmp->magic != tideCompressor::kMagic) return invalidArgument("not a live compressor");
+  return Status::Ok();
+}
+
+Status checkCompressor(const tideCompressor* cmp, const tideComm* comm) {
+  TIDE_TRY(checkLive(cmp));
   if (cmp->comm != comm) {
     return invalidArgument("compressor of communicator %08x used on communicator %08x",
                            static_cast<unsigned>(cmp->comm->commHash),
@@ -170,9 +175,7 @@ TIDE_API tideResult_t tideCompressorCreate(tideComm_t comm, const tideCompressCo
 
 TIDE_API tideResult_t tideCompressorDestroy(tideCompressor_t compressor) {
   return guarded("tideCompressorDestroy", nullptr, [&]() -> Status {
-    if (compressor == nullptr) return invalidArgument("compressor is NULL");
-    if (compressor->magic != tideCompressor::kMagic)
-      return invalidArgument("not a live compressor");
+    TIDE_TRY(checkLive(compressor));
     compressor->magic = 0;
     tide::codecProvider()->freeState(compressor->state);
     delete compressor;
@@ -217,8 +220,7 @@ TIDE_API tideResult_t tideAllGatherCompressed(const void* sendbuff, void* recvbu
 TIDE_API tideResult_t tideCompressorGetState(tideCompressor_t compressor, void* buf,
                                              size_t* bytes) {
   return guarded("tideCompressorGetState", nullptr, [&]() -> Status {
-    if (compressor == nullptr || compressor->magic != tideCompressor::kMagic)
-      return invalidArgument("compressor is NULL or not live");
+    TIDE_TRY(checkLive(compressor));
     if (bytes == nullptr) return invalidArgument("bytes is NULL");
     const tide::CodecProvider* prov = tide::codecProvider();
     const size_t need = sizeof(StateHeader) + prov->stateBytes(compressor->state);
@@ -247,8 +249,7 @@ TIDE_API tideResult_t tideCompressorGetState(tideCompressor_t compressor, void* 
 TIDE_API tideResult_t tideCompressorSetState(tideCompressor_t compressor, const void* buf,
                                              size_t bytes) {
   return guarded("tideCompressorSetState", nullptr, [&]() -> Status {
-    if (compressor == nullptr || compressor->magic != tideCompressor::kMagic)
-      return invalidArgument("compressor is NULL or not live");
+    TIDE_TRY(checkLive(compressor));
     if (buf == nullptr) return invalidArgument("state buffer is NULL");
     StateHeader h;
     if (bytes < sizeof(h)) return invalidArgument("state of %zu bytes is too short", bytes);
@@ -278,8 +279,7 @@ TIDE_API tideResult_t tideCompressorSetState(tideCompressor_t compressor, const 
 
 TIDE_API tideResult_t tideCompressorReset(tideCompressor_t compressor) {
   return guarded("tideCompressorReset", nullptr, [&]() -> Status {
-    if (compressor == nullptr || compressor->magic != tideCompressor::kMagic)
-      return invalidArgument("compressor is NULL or not live");
+    TIDE_TRY(checkLive(compressor));
     tide::codecProvider()->resetState(compressor->state);
     compressor->fixed = false;
     compressor->count = 0;
