@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/config.h"
 #include "core/log.h"
 
 namespace tide {
@@ -48,8 +49,15 @@ ExecCtx::ExecCtx(const CollArgs& args, int rank, int nranks, Connection* const* 
 namespace {
 
 constexpr size_t kScratchHeader = 64;
-constexpr size_t kPoolMaxBlocks = 8;
-constexpr size_t kPoolMaxBytes = size_t{64} << 20;
+constexpr size_t kPoolMaxBlocks = 256;
+
+// What a thread's pool may hold (TIDE_SCRATCH_CACHE): a compressed All-Reduce
+// of 64 MiB on two nodes takes about 100 MiB of scratch in ~100 blocks, which
+// glibc would otherwise return to the kernel and fault in again every call.
+size_t poolMaxBytes() {
+  static const size_t bytes = knobSize(Knob::ScratchCache);
+  return bytes;
+}
 
 struct ScratchPool {
   std::vector<void*> blocks;  // header addresses
@@ -94,7 +102,7 @@ void giveScratch(void* p) {
   void* h = static_cast<char*>(p) - kScratchHeader;
   ScratchPool& pool = tPool;
   size_t cap = blockCap(h);
-  if (pool.blocks.size() >= kPoolMaxBlocks || pool.bytes + cap > kPoolMaxBytes) {
+  if (pool.blocks.size() >= kPoolMaxBlocks || pool.bytes + cap > poolMaxBytes()) {
     free(h);
     return;
   }
