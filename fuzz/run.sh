@@ -11,8 +11,8 @@ secs=${1:-60}
 out=${2:-build-fuzz}
 CXX=${FUZZ_CXX:-clang++}
 mkdir -p "$out"
-flags=(-std=c++20 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -I.
-       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -pthread)
+common=(-std=c++20 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -I.
+        -fno-sanitize-recover=undefined -pthread)
 core=(src/core/boot/bootstrap.cc src/core/boot/bootstrap_frame.cc src/core/boot/bootstrap_root.cc
       src/core/auth.cc src/core/socket.cc src/core/if_addrs.cc src/core/if_filter.cc
       src/core/config.cc src/core/log.cc src/core/status.cc)
@@ -20,10 +20,26 @@ core=(src/core/boot/bootstrap.cc src/core/boot/bootstrap_frame.cc src/core/boot/
 codecs=(algorithms/compression/codec_avx2.cc algorithms/compression/codec_kernels.cc
         algorithms/compression/codec_scalar.cc algorithms/compression/topk.cc)
 targets=(boot_frame boot_hello unique_id codec)
+# Each library source is compiled once (instrumented, without libFuzzer's
+# main), on every core; the targets link the objects they need.
+obj() { local o=${1//\//_}; echo "$out/obj/${o%.cc}.o"; }
+mkdir -p "$out/obj"
+echo "== fuzz: compiling ${#core[@]} core and ${#codecs[@]} codec sources"
+compile() { "$CXX" "${common[@]}" -fsanitize=fuzzer-no-link,address,undefined -c "$1" -o "$(obj "$1")"; }
+pids=()
+for f in "${core[@]}" "${codecs[@]}"; do
+  compile "$f" &
+  pids+=($!)
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do sleep 0.2; done
+done
+for p in "${pids[@]}"; do wait "$p"; done
 for t in "${targets[@]}"; do
   echo "== fuzz: building $t"
   if [ "$t" = codec ]; then srcs=("${codecs[@]}"); else srcs=("${core[@]}"); fi
-  "$CXX" "${flags[@]}" "fuzz/fuzz_$t.cc" "${srcs[@]}" -o "$out/fuzz_$t"
+  objs=()
+  for f in "${srcs[@]}"; do objs+=("$(obj "$f")"); done
+  "$CXX" "${common[@]}" -fsanitize=fuzzer,address,undefined "fuzz/fuzz_$t.cc" "${objs[@]}" \
+    -o "$out/fuzz_$t"
 done
 status=0
 for t in "${targets[@]}"; do

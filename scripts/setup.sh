@@ -2,7 +2,8 @@
 # One-step set-up on a fresh Debian 12 machine (run as root, or with sudo).
 #   scripts/setup.sh main   install packages, build, run a 4-rank all_reduce_perf
 #   scripts/setup.sh test   install packages, build, run the test suite
-# BUILD_DIR (default: build) picks the build folder.
+# BUILD_DIR (default: build) picks the build folder; MESON_ARGS (word-split)
+# adds options to a new build's `meson setup` (CI: -Dgpu_archs=90).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-main}
@@ -38,7 +39,12 @@ fi
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
 echo "== configure and build ($build)"
-if [ -d "$build" ]; then meson setup --reconfigure "$build" >/dev/null; else meson setup "$build"; fi
+# shellcheck disable=SC2086
+if [ -d "$build" ]; then
+  meson setup --reconfigure "$build" ${MESON_ARGS-} >/dev/null
+else
+  meson setup "$build" ${MESON_ARGS-}
+fi
 ninja -C "$build" -j"$(nproc)"
 
 case "$mode" in

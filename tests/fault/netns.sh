@@ -3,8 +3,10 @@
 # faulty link, with TIDE_TIMEOUT=5:
 #   linkdown: the link goes down during 16 MiB All-Reduces; both ranks must
 #             fail within 6.5 s of it.
-#   shaped:   the link is limited to 8 Mbit/s (htb); one 16 MiB All-Reduce
-#             (about 17 s, far beyond the timeout) must complete correctly.
+#   shaped:   the link is limited to 8 Mbit/s (htb); one 8 MiB All-Reduce
+#             (about 10 s, twice the timeout) must complete correctly; no
+#             link probe at creation (TIDE_LINK_PROBE=0: its 4 MiB would
+#             take 5 s more on this link).
 # Namespaces are named ft<pid>-a/b and removed on exit. Skips (77) when not
 # root or when namespaces, veth or htb are unavailable.
 #   netns.sh TIDERUN FAULT_WORKER linkdown|shaped
@@ -58,7 +60,8 @@ case "$mode" in
         tc -n "$1" class add dev "$2" parent 1: classid 1:10 htb rate 8mbit; } ||
         { echo "SKIP: htb shaping unavailable"; exit 77; }
     done
-    args=(loop 4194304 1)
+    export TIDE_LINK_PROBE=0
+    args=(loop 2097152 1)
     ;;
   *)
     echo "usage: $0 TIDERUN WORKER linkdown|shaped" >&2

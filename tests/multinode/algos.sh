@@ -15,12 +15,17 @@ name=tide-al$$
 trap '"$here/cluster.sh" down "$name"' EXIT
 fail=0
 for tool in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv; do
-  for algo in $algos; do
+  list=$algos
+  # AlltoAll and send/receive have one route each: one run, no TIDE_ALGO.
+  case $tool in alltoall | sendrecv) list=default ;; esac
+  for algo in $list; do
+    [ "$algo" = default ] && algo=
+    t0=$(date +%s%N)
     out=$(TIDE_ALGO=$algo CLUSTER_TIMEOUT=240 "$here/cluster.sh" tiderun "$name" "$nodes" "$ppn" \
       "$tiderun" "$perfdir/${tool}_perf" "${args[@]}" 2>&1)
     rc=$?
     wrong=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 13 {s += $9 + $13} END {print s + 0}')
-    echo "$tool TIDE_ALGO=$algo: rc=$rc wrong=$wrong"
+    echo "$tool TIDE_ALGO=${algo:-(unset)}: rc=$rc wrong=$wrong ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
     if [ $rc -ne 0 ] || [ "$wrong" != 0 ]; then
       fail=1
       printf '%s\n' "$out" | tail -20
