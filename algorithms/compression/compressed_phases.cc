@@ -92,16 +92,21 @@ Task finishScatter(ExecCtx& ctx, const hier::Group* g, Wire wire, const float* x
                    Exchange* ex, float* acc) {
   const int n = g->size(), r = g->idx;
   const size_t mine = l->len[r];
-  if (mine > 0) std::memset(acc, 0, mine * sizeof(float));
+  // The sum in rank order; rank 0's term is stored, not added to zeros (one
+  // pass over the shard less; the same value but for the sign of a zero sum).
   for (int q = 0; q < n; ++q) {
     if (q == r) {
       const float* own = x + l->off[r];
-      for (size_t i = 0; i < mine; ++i) acc[i] += own[i];
+      if (q == 0) {
+        if (mine > 0) std::memcpy(acc, own, mine * sizeof(float));
+      } else {
+        for (size_t i = 0; i < mine; ++i) acc[i] += own[i];
+      }
       continue;
     }
     co_await ctx.wait(ex->recvs[q]);
     if (!ctx.error().ok()) co_return;
-    if (!wire.decodeAcc(ex->in[q], mine, acc)) {
+    if (!(q == 0 ? wire.decode(ex->in[q], mine, acc) : wire.decodeAcc(ex->in[q], mine, acc))) {
       fail(ctx, "decoding");
       co_return;
     }
