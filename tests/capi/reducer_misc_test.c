@@ -11,6 +11,7 @@
  *   state     int8 with error feedback: a reducer restored from GetState into a
  *             new reducer continues bit-identical to one never destroyed; a
  *             corrupt blob on one rank fails SetState on every rank.
+ *   stream    config->stream (a host stream) gives the worker's results.
  *   bad       NULL pointers, index out of range, double mark, counts that
  *             differ across ranks at creation (fails on every rank), and
  *             tideCommPredictTime's checks and monotonicity.
@@ -188,6 +189,31 @@ static void State(void) {
   MUST(tideReducerDestroy(c));
 }
 
+/* config->stream: the buckets run on the caller's host stream (no worker);
+ * the results equal those of the reducer's own worker, bit for bit. */
+static void OnStream(void) {
+  tideReducerConfig_t config = TIDE_REDUCER_CONFIG_INITIALIZER;
+  tideReducer_t a, b;
+  tideStream_t stream;
+  int s, g;
+  MUST(tideStreamCreate(&stream));
+  config.bucketBytes = 8192;
+  config.firstBucketBytes = 4096;
+  config.stream = stream;
+  MUST(tideReducerCreate(g_comm, kGrads, (void* const*)g_g[1], kCounts, tideFloat32, &config, &b));
+  a = Make(0, 0, NULL);
+  for (s = 1; s <= 2; ++s) {
+    Step(a, 0, s);
+    Step(b, 1, s);
+    for (g = 0; g < kGrads; ++g)
+      CHECK(memcmp(g_g[0][g], g_g[1][g], kCounts[g] * sizeof(float)) == 0,
+            "stream reducer differs from the worker one: step %d gradient %d", s, g);
+  }
+  MUST(tideReducerDestroy(a));
+  MUST(tideReducerDestroy(b));
+  MUST(tideStreamDestroy(stream));
+}
+
 static void Bad(void) {
   tideReducer_t red = NULL;
   size_t counts[kGrads];
@@ -291,6 +317,7 @@ static void Body(void) {
   Unused1();
   Accum();
   State();
+  OnStream();
   Bad();
 }
 
