@@ -192,6 +192,15 @@ Err launch(tideReducer* r, size_t bi) {
     job.compressor = b.compressor;
     job.bucket = static_cast<int>(bi);
     job.step = r->step + 1;
+    if (!b.staging.empty()) {
+      for (size_t k = 0; k < b.grads.size(); ++k) {
+        const size_t g = static_cast<size_t>(b.grads[k]);
+        const size_t n = r->counts[g] * r->elemSize;
+        if (n > 0)
+          job.copies.push_back(
+              CopyBack{r->grads[g], b.staging.data() + b.offsets[k] * r->elemSize, n});
+      }
+    }
     r->worker->submit(job);
     return okay();
   }
@@ -402,8 +411,10 @@ Err wait(tideReducer* r) {
     if (rc != tideSuccess) r->stepError = commError(r, rc, "the step check");
   }
   if (!r->stepError.ok()) return r->stepError;
+  // The caller's stream: staged buckets are copied back here (the worker
+  // copies each one back as soon as it is reduced).
   for (Bucket& b : r->buckets) {
-    if (b.staging.empty()) continue;
+    if (b.staging.empty() || r->worker != nullptr) continue;
     for (size_t k = 0; k < b.grads.size(); ++k) {
       const size_t g = static_cast<size_t>(b.grads[k]);
       const size_t n = r->counts[g] * r->elemSize;

@@ -2,6 +2,8 @@
 #include "reducer/worker.h"
 
 #include <cstdio>
+#include <cstring>
+#include <utility>
 
 namespace tide_reducer {
 
@@ -56,7 +58,7 @@ void Worker::loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_, nothing left
-    const Job job = queue_.front();
+    const Job job = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     const double t0 = trace_ ? nowUs() : 0;
@@ -69,6 +71,9 @@ void Worker::loop() {
             : tideAllReduce(job.buf, job.buf, job.count, dtype_, op_, comm_, nullptr);
     std::string detail;
     if (rc != tideSuccess) detail = tideGetLastError(comm_);
+    if (rc == tideSuccess) {
+      for (const CopyBack& c : job.copies) std::memcpy(c.dst, c.src, c.bytes);
+    }
     const double t1 = trace_ ? nowUs() : 0;
     lock.lock();
     if (rc != tideSuccess && error_ == tideSuccess) {

@@ -22,12 +22,21 @@
 
 namespace tide_reducer {
 
+// A copy the worker makes once the job's All-Reduce succeeded (a staged
+// bucket back into the caller's gradients, overlapped with later buckets).
+struct CopyBack {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 struct Job {
   void* buf = nullptr;
   size_t count = 0;
   tideCompressor_t compressor = nullptr;
   int bucket = 0;
   uint64_t step = 0;
+  std::vector<CopyBack> copies;
 };
 
 // One bucket's communication, in microseconds of std::chrono::steady_clock.
