@@ -15,8 +15,8 @@
  *
  * Collective calls: tideReducerCreate, tideReducerWait (of a synced step)
  * and tideReducerSetState are made by every rank of the communicator, in the
- * same order. tideReducerMarkReady, SetSync, GetState
- * and GetLastError are local. Every rank must call SetSync with the same
+ * same order. tideReducerMarkReady, SetSync, GetState, GetLastError and
+ * Destroy are local. Every rank must call SetSync with the same
  * values at the same steps.
  *
  * Threads: the calls of one reducer are serialized by the reducer (MarkReady
@@ -33,7 +33,13 @@
  * communicator, bounded by its no-progress timeout (TIDE_TIMEOUT,
  * tideConfig_t.timeoutSeconds) or ended by tideCommAbort. A gradient left
  * unmarked at Wait (findUnused = 0) fails Wait on every rank with
- * tideInvalidUsage naming it ("gradient <index> ... step <n>"), never a hang.
+ * tideInvalidUsage naming it ("gradient <index> ... step <n>"), never a hang
+ * (a 16-byte step check after the last bucket of every synced step tells
+ * every rank; findUnused = 1 needs none).
+ *
+ * Environment (docs/overlap.md): TIDE_REDUCER_STATS=FILE appends the
+ * reducer's collective counts to FILE at Destroy; TIDE_REDUCER_TRACE=FILE
+ * (rank 0) writes its buckets' All-Reduces as a Chrome trace.
  */
 #ifndef TIDE_REDUCER_H_
 #define TIDE_REDUCER_H_
