@@ -34,10 +34,12 @@ sources() { git ls-files '*.cc' '*.h' '*.c' '*.cu' '*.cuh' | grep -v '^fuzz/corp
 #      the other, transports/, shim/ or src/cuda/).
 #  (e) shim/ includes only include/tide/, shim/ and src/cuda/cuda_loader.h
 #      (the lazy driver loader, compiled into libnccl.so.2 itself).
-#  (f) clients: perf/, tools/, trainer/, tests/multirank/, tests/capi/,
-#      tests/fault/, tests/launch/ and tests/harness/ include only include/tide/
-#      and their own folder (tests/ ones also tests/harness/), except the
-#      pairs in layer_exceptions.
+#  (f) clients: perf/, tools/, trainer/, reducer/ (the gradient reducer,
+#      compiled into libtide but built on the public API only),
+#      tests/multirank/, tests/capi/, tests/fault/, tests/launch/ and
+#      tests/harness/ include only include/tide/ and their own folder
+#      (tests/ ones also tests/harness/), except the pairs in
+#      layer_exceptions.
 # Headers outside the tree (system, gtest, generated tide_build_config.h) are
 # not checked. Not checked either: tests/unit, tests/net, tests/gpu,
 # tests/topology, tests/shim and fuzz/, which test internals on purpose.
@@ -129,7 +131,7 @@ layer_rule() {
       case $t in include/tide/* | shim/* | src/cuda/cuda_loader.h) ;;
         *) rule="(e) shim/ includes only include/tide/, shim/ and src/cuda/cuda_loader.h" ;;
       esac ;;
-    perf/* | tools/* | trainer/* | tests/multirank/* | tests/capi/* | tests/fault/* | \
+    perf/* | tools/* | trainer/* | reducer/* | tests/multirank/* | tests/capi/* | tests/fault/* | \
       tests/launch/* | tests/harness/*)
       case $f in tests/*) own=${f#tests/} own=tests/${own%%/*} ;; *) own=${f%%/*} ;; esac
       case $t in include/tide/* | "$own"/*) ;;
@@ -180,7 +182,7 @@ case "$mode" in
     files=("$@")
     if [ ${#files[@]} -eq 0 ]; then
       mapfile -t files < <(git ls-files 'src/*.cc' 'transports/*.cc' 'algorithms/*.cc' \
-        'topology/*.cc' 'shim/*.cc' 'tools/*.cc')
+        'topology/*.cc' 'shim/*.cc' 'tools/*.cc' 'reducer/*.cc')
     fi
     out=$(mktemp)
     todo=()

@@ -202,6 +202,28 @@ typedef struct {
 } tideTraffic_t;
 tideResult_t tideCommGetTraffic(tideComm_t comm, tideTraffic_t* traffic);
 
+/* ---- Cost model -------------------------------------------------------------
+ * The planner's alpha-beta prediction, for callers that size their own work
+ * (the gradient reducer's bucket size, a trainer's planner). */
+typedef enum {
+  tideCollAllReduce = 0,
+  tideCollBroadcast = 1,
+  tideCollReduce = 2,
+  tideCollAllGather = 3,
+  tideCollReduceScatter = 4,
+  tideCollAlltoAll = 5,
+  tideCollSendRecv = 6
+} tideCollective_t;
+/* The cost model's predicted time of one call of `bytes` (the per-rank buffer
+ * size as nccl-tests counts it: All-Reduce/Broadcast/Reduce the buffer,
+ * AllGather the receive buffer, ReduceScatter the send buffer, AlltoAll either
+ * buffer, SendRecv the message) with the algorithm the planner would pick on
+ * this communicator for float32 host buffers, in microseconds. 0 for 0 bytes.
+ * Local (not collective) and the same on every rank. tideInvalidArgument for
+ * an unknown collective or a NULL pointer. */
+tideResult_t tideCommPredictTime(tideComm_t comm, tideCollective_t coll, size_t bytes,
+                                 double* microseconds);
+
 /* ---- Host streams ----------------------------------------------------------
  * A host stream runs its operations in order on a library thread; the caller
  * does not need to poll. */

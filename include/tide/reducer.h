@@ -1,0 +1,124 @@
+/*
+ * Tide: the bucketed gradient reducer (overlap engine).
+ *
+ * C99 and C++; includes tide/tide.h and tide/compress.h. Every function
+ * returns a tideResult_t and never throws; the library never exits the
+ * process. docs/overlap.md describes the design, defaults and measurements.
+ *
+ * A reducer averages (or sums) a fixed list of gradient buffers over the ranks
+ * of a communicator, step after step. The caller marks each gradient ready
+ * as the backward pass produces it; the reducer packs gradients into buckets
+ * and starts a bucket's All-Reduce as soon as its last gradient is marked
+ * (and every bucket before it in the agreed bucket order has started), on a
+ * library thread, so communication overlaps the rest of the backward pass and
+ * progress never depends on the caller polling. tideReducerWait ends the step.
+ *
+ * Collective calls: tideReducerCreate, tideReducerWait (of a synced step)
+ * and tideReducerSetState are made by every rank of the communicator, in the
+ * same order. tideReducerMarkReady, SetSync, GetState, GetLastError and
+ * Destroy are local. Every rank must call SetSync with the same
+ * values at the same steps.
+ *
+ * Threads: the calls of one reducer are serialized by the reducer (MarkReady
+ * may come from any thread, e.g. a framework's autograd hooks). From the
+ * first MarkReady of a step to its Wait, the communicator belongs to the
+ * reducer: the caller makes no other call on it (its buckets' collectives run
+ * on it in the agreed order).
+ *
+ * Buffers: grads[i] is the caller's host buffer of counts[i] elements; it
+ * stays owned by the caller and must outlive the reducer. After MarkReady(i)
+ * the caller neither reads nor writes grads[i] until Wait returns.
+ *
+ * Bounded waits: every wait of the reducer is a Tide call on the
+ * communicator, bounded by its no-progress timeout (TIDE_TIMEOUT,
+ * tideConfig_t.timeoutSeconds) or ended by tideCommAbort. A gradient left
+ * unmarked at Wait (findUnused = 0) fails Wait on every rank with
+ * tideInvalidUsage naming it ("gradient <index> ... step <n>"), never a hang
+ * (a 16-byte step check after the last bucket of every synced step tells
+ * every rank; findUnused = 1 needs none).
+ *
+ * Environment (docs/overlap.md): TIDE_REDUCER_STATS=FILE appends the
+ * reducer's collective counts to FILE at Destroy; TIDE_REDUCER_TRACE=FILE
+ * (rank 0) writes its buckets' All-Reduces as a Chrome trace.
+ */
+#ifndef TIDE_REDUCER_H_
+#define TIDE_REDUCER_H_
+
+#include "tide/compress.h"
+#include "tide/tide.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tideReducer* tideReducer_t;
+
+typedef struct {
+  size_t size;             /* sizeof(tideReducerConfig_t) of the caller's header */
+  size_t bucketBytes;      /* 0: 25 MiB; SIZE_MAX: chosen by the cost model */
+  size_t firstBucketBytes; /* 0: 1 MiB */
+  int rebuildBuckets;      /* TIDE_CONFIG_UNDEF_INT or 1: after the first step, rebuild from the
+                              readiness      order; 0: keep the initial (reverse-index) layout */
+  int average;             /* TIDE_CONFIG_UNDEF_INT or 1: average over ranks; 0: sum */
+  int findUnused; /* TIDE_CONFIG_UNDEF_INT or 0: every gradient must be marked each step; 1:
+                     unmarked ones count as zero */
+  const tideCompressConfig_t* compress; /* NULL: no compression; else one compressor per bucket
+                                           (copied at creation) */
+  tideStream_t stream; /* NULL: the reducer's own host stream; else this host or CUDA stream */
+  int reserved[16];    /* keep zero */
+} tideReducerConfig_t;
+
+#define TIDE_REDUCER_CONFIG_INITIALIZER                                              \
+  {                                                                                  \
+    sizeof(tideReducerConfig_t), 0, 0, TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, \
+        TIDE_CONFIG_UNDEF_INT, NULL, NULL, {                                         \
+      0                                                                              \
+    }                                                                                \
+  }
+
+/* Collective. Makes a reducer of the ngrads gradients grads[i] of counts[i]
+ * elements of `datatype` (one datatype per reducer). config NULL: defaults.
+ * Every rank passes the same ngrads, counts, datatype and config values; a
+ * mismatch, or a bad argument on any rank, fails the call on every rank
+ * (tideInvalidArgument, with a message; only a rank with a NULL comm cannot
+ * take part, and fails alone). A gradient may have 0 elements. */
+tideResult_t tideReducerCreate(tideComm_t comm, int ngrads, void* const* grads,
+                               const size_t* counts, tideDataType_t datatype,
+                               const tideReducerConfig_t* config, tideReducer_t* reducer);
+/* Local. Gradient `index` of the current step is final (the first MarkReady
+ * after a Wait begins the next step). tideInvalidArgument for an index out of
+ * range or marked twice in the step. May start bucket All-Reduces (it
+ * returns once they are enqueued, never waiting for them). */
+tideResult_t tideReducerMarkReady(tideReducer_t reducer, int index);
+/* Collective (in a synced step). Returns once every bucket of the step is
+ * reduced, with the averaged (or summed) gradients in grads. An unmarked
+ * gradient: with findUnused = 0, tideInvalidUsage on every rank naming it;
+ * with findUnused = 1 it counts as zero (the rank contributes zeros, and its
+ * buffer receives the reduced value). The step ends either way. */
+tideResult_t tideReducerWait(tideReducer_t reducer);
+/* Local, between steps. 0: the following steps accumulate locally (the
+ * caller adds into grads; MarkReady/Wait communicate nothing); 1 (default):
+ * the next step reduces the accumulated gradients. */
+tideResult_t tideReducerSetSync(tideReducer_t reducer, int enabled);
+/* Local. Waits for the reducer's enqueued work (bounded by the timeout), then
+ * frees it (its own stream and compressors; never the caller's buffers or
+ * stream). */
+tideResult_t tideReducerDestroy(tideReducer_t reducer);
+/* Detail of the reducer's last failure (never NULL). With reducer NULL: the
+ * calling thread's last failure of a call without a reducer (Create). */
+const char* tideReducerGetLastError(tideReducer_t reducer);
+/* The bucket layout and every bucket's compression state, for checkpoints (buf NULL: the size
+ * needed). Local, between steps; a versioned, checksummed blob of this rank. */
+tideResult_t tideReducerGetState(tideReducer_t reducer, void* buf, size_t* bytes);
+/* Collective, between steps: every rank loads its own rank's blob into a
+ * reducer made with the same arguments. The next step uses the saved layout
+ * and residuals, so a resumed run reduces exactly as the uninterrupted one.
+ * A corrupt, foreign or mismatched blob on any rank: tideInvalidArgument on
+ * every rank, every reducer unchanged. */
+tideResult_t tideReducerSetState(tideReducer_t reducer, const void* buf, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDE_REDUCER_H_ */

@@ -1,0 +1,87 @@
+// The reducer's communication thread (when the caller gives no stream): it
+// runs the bucket All-Reduces one after another, in submission order (the
+// agreed bucket order), with blocking Tide calls, so progress never depends
+// on the caller and each bucket's start and end are known (the trace of
+// TIDE_REDUCER_TRACE, docs/overlap.md). While a step's buckets are queued
+// only this thread calls into the communicator; the reducer's own calls
+// (step check, rebuild) come after drain().
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tide/compress.h"
+#include "tide/tide.h"
+
+namespace tide_reducer {
+
+// A copy the worker makes once the job's All-Reduce succeeded (a staged
+// bucket back into the caller's gradients, overlapped with later buckets).
+struct CopyBack {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
+struct Job {
+  void* buf = nullptr;
+  size_t count = 0;
+  tideCompressor_t compressor = nullptr;
+  int bucket = 0;
+  uint64_t step = 0;
+  std::vector<CopyBack> copies;
+};
+
+// One bucket's communication, in microseconds of std::chrono::steady_clock.
+struct TraceEvent {
+  int bucket = 0;
+  uint64_t step = 0;
+  size_t bytes = 0;
+  double startUs = 0;
+  double endUs = 0;
+};
+
+double nowUs();
+
+class Worker {
+ public:
+  Worker(tideComm_t comm, tideDataType_t dtype, size_t elemSize, tideRedOp_t op, bool trace);
+  ~Worker();  // finishes the queued jobs, then joins
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void submit(const Job& job);
+  // Blocks until every submitted job has run (each is bounded by the
+  // communicator's timeout); the first failure since the last drain, as
+  // code and message (tideSuccess: none).
+  tideResult_t drain(std::string* msg);
+  std::vector<TraceEvent> takeTrace();
+
+ private:
+  void loop();
+
+  tideComm_t comm_;
+  tideDataType_t dtype_;
+  size_t elemSize_;
+  tideRedOp_t op_;
+  bool trace_;
+  std::mutex mu_;
+  std::condition_variable cv_;      // jobs or stop for the thread
+  std::condition_variable doneCv_;  // a job finished
+  std::deque<Job> queue_;
+  uint64_t submitted_ = 0, finished_ = 0;
+  bool stop_ = false;
+  tideResult_t error_ = tideSuccess;
+  std::string errorMsg_;
+  std::vector<TraceEvent> events_;
+  std::thread thread_;
+};
+
+}  // namespace tide_reducer
