@@ -23,9 +23,11 @@ run_asan() {
 # timeouts and run the same code as their neighbours (fault_stop_tcp and
 # fault_stop_shm: a stopped rank, 11 s each; fault_netns_shaped: a slow link),
 # which stage test runs unsanitized; fault_netns_linkdown and the kill tests
-# keep the error paths under ASan.
+# keep the error paths under ASan. And unit_device_coll_logic: an exhaustive
+# enumeration of the device engine's pure index arithmetic (22 s under ASan),
+# no allocation or threads.
 asan_tests() {
   meson test -C build-asan --no-rebuild --list --suite unit --suite fault --suite multirank \
     2>/dev/null | sed -n 's#^tide:[a-z]* / ##p' |
-    grep -vxE 'fault_stop_(shm|tcp)|fault_netns_shaped'
+    grep -vxE 'fault_stop_(shm|tcp)|fault_netns_shaped|unit_device_coll_logic'
 }

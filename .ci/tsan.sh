@@ -14,11 +14,12 @@ run_tsan() {
   # from a threaded process, which TSan cannot follow (the ASan stage runs it).
   # Of the forced-algorithm batches only shm_1to4 and nodes_2x2 (every row,
   # one and two levels): the others run the same rows' threads at other rank
-  # counts and layouts (110 s under TSan), which stages test and asan cover.
+  # counts, layouts and chunk sizes (140 s under TSan), which stages test and
+  # asan cover.
   local tests t0 rc=0
   tests=$(meson test -C build-tsan --no-rebuild --list --suite multirank 2>/dev/null |
     sed -n 's#^tide:multirank / ##p' | grep -vx shim_host_ranks |
-    grep -vxE 'multirank_algos_(shm_5_6|nodes_unequal|nodes_3x2|net_3_5)')
+    grep -vxE 'multirank_algos_(shm_5_6|nodes_unequal|nodes_3x2|net_3_5|nodes_small_chunks)')
   t0=$(date +%s)
   # shellcheck disable=SC2086
   meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes 2 \

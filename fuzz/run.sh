@@ -41,15 +41,29 @@ for t in "${targets[@]}"; do
   "$CXX" "${common[@]}" -fsanitize=fuzzer,address,undefined "fuzz/fuzz_$t.cc" "${objs[@]}" \
     -o "$out/fuzz_$t"
 done
+# The targets run side by side, one per core, each for $secs s; a finding
+# leaves its input under $out/artifacts_<target>/ (crash-*, leak-*, timeout-*).
+fuzz_one() {  # target
+  local t=$1 work="$out/corpus_$1"
+  rm -rf "$work" "$out/artifacts_$t" && mkdir -p "$work" "$out/artifacts_$t"
+  cp "fuzz/corpus/$t"/* "$work"/
+  (cd "$out" && "./fuzz_$t" -max_total_time="$secs" -rss_limit_mb=1024 -timeout=10 \
+     -artifact_prefix="artifacts_$t/" -print_final_stats=1 "corpus_$t") >"$out/fuzz_$t.log" 2>&1
+}
 status=0
+declare -A pid
 for t in "${targets[@]}"; do
-  work="$out/corpus_$t"
-  rm -rf "$work" && mkdir -p "$work" && cp "fuzz/corpus/$t"/* "$work"/
   echo "== fuzz: $t for $secs s"
-  if ! (cd "$out" && "./fuzz_$t" -max_total_time="$secs" -rss_limit_mb=1024 -timeout=10 \
-          -print_final_stats=1 "corpus_$t" 2>&1 | tail -n 12); then
-    status=1
-  fi
-  if ls "$out"/crash-* "$out"/leak-* "$out"/timeout-* >/dev/null 2>&1; then status=1; fi
+  fuzz_one "$t" &
+  pid[$t]=$!
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do sleep 0.5; done
+done
+for t in "${targets[@]}"; do
+  rc=0
+  wait "${pid[$t]}" || rc=$?
+  echo "== fuzz: $t finished (exit $rc)"
+  tail -n 12 "$out/fuzz_$t.log"
+  [ "$rc" -eq 0 ] || status=1
+  if ls "$out/artifacts_$t"/* >/dev/null 2>&1; then status=1; fi
 done
 exit $status

@@ -3,7 +3,7 @@
 #   scripts/setup.sh main   install packages, build, run a 4-rank all_reduce_perf
 #   scripts/setup.sh test   install packages, build, run the test suite
 # BUILD_DIR (default: build) picks the build folder; MESON_ARGS (word-split)
-# adds options to a new build's `meson setup` (CI: -Dgpu_archs=90).
+# adds options to a new build's `meson setup` (CI: -Dgpu_archs=90 -Dgpu_sass=false).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-main}

@@ -57,8 +57,8 @@ typedef struct {
   size_t size;             /* sizeof(tideReducerConfig_t) of the caller's header */
   size_t bucketBytes;      /* 0: 25 MiB; SIZE_MAX: chosen by the cost model */
   size_t firstBucketBytes; /* 0: 1 MiB */
-  int rebuildBuckets;      /* TIDE_CONFIG_UNDEF_INT or 1: after the first step, rebuild from the
-                              readiness      order; 0: keep the initial (reverse-index) layout */
+  int rebuildBuckets;      /* TIDE_CONFIG_UNDEF_INT or 1: after the first step, rebuild from
+                              the readiness order; 0: keep the initial (reverse-index) layout */
   int average;             /* TIDE_CONFIG_UNDEF_INT or 1: average over ranks; 0: sum */
   int findUnused; /* TIDE_CONFIG_UNDEF_INT or 0: every gradient must be marked each step; 1:
                      unmarked ones count as zero */
