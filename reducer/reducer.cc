@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "reducer/reducer_impl.h"
 
@@ -165,6 +166,9 @@ void beginStep(tideReducer* r) {
 Err launch(tideReducer* r, size_t bi) {
   Bucket& b = r->buckets[bi];
   if (b.count == 0) return okay();
+  // With the worker, each staged gradient goes back to the caller's buffer
+  // as soon as the bucket is reduced (Job::copies).
+  Job job;
   void* buf;
   if (b.staging.empty()) {
     const int g = b.grads[0];
@@ -182,26 +186,17 @@ Err launch(tideReducer* r, size_t bi) {
       } else {
         std::memset(dst, 0, n);
       }
+      if (r->worker != nullptr) job.copies.push_back(CopyBack{r->grads[g], dst, n});
     }
   }
   r->stats.buckets++;
   if (r->worker != nullptr) {
-    Job job;
     job.buf = buf;
     job.count = b.count;
     job.compressor = b.compressor;
     job.bucket = static_cast<int>(bi);
     job.step = r->step + 1;
-    if (!b.staging.empty()) {
-      for (size_t k = 0; k < b.grads.size(); ++k) {
-        const size_t g = static_cast<size_t>(b.grads[k]);
-        const size_t n = r->counts[g] * r->elemSize;
-        if (n > 0)
-          job.copies.push_back(
-              CopyBack{r->grads[g], b.staging.data() + b.offsets[k] * r->elemSize, n});
-      }
-    }
-    r->worker->submit(job);
+    r->worker->submit(std::move(job));
     return okay();
   }
   const tideRedOp_t op = r->average ? tideAvg : tideSum;

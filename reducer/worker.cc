@@ -27,10 +27,10 @@ Worker::~Worker() {
   thread_.join();
 }
 
-void Worker::submit(const Job& job) {
+void Worker::submit(Job job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(job);
+    queue_.push_back(std::move(job));
     submitted_++;
   }
   cv_.notify_one();

@@ -57,7 +57,7 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  void submit(const Job& job);
+  void submit(Job job);
   // Blocks until every submitted job has run (each is bounded by the
   // communicator's timeout); the first failure since the last drain, as
   // code and message (tideSuccess: none).
