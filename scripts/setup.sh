@@ -2,6 +2,7 @@
 # One-step set-up on a fresh Debian 12 machine (run as root, or with sudo).
 #   scripts/setup.sh main   install packages, build, run a 4-rank all_reduce_perf
 #   scripts/setup.sh test   install packages, build, run the test suite
+#   scripts/setup.sh train  install packages, build, a short tide-train run (2 ranks)
 # BUILD_DIR (default: build) picks the build folder; MESON_ARGS (word-split)
 # adds options to a new build's `meson setup` (CI: -Dgpu_archs=90 -Dgpu_sass=false).
 set -euo pipefail
@@ -15,8 +16,9 @@ packages=(
   libhwloc-dev hwloc libucx-dev libibverbs-dev rdma-core
   openmpi-bin libopenmpi-dev libpmix-dev iproute2 procps iperf3
   clang
+  libopenblas-dev libcli11-dev nlohmann-json3-dev fortunes
 )
-optional=(python3-torch)
+optional=(python3-torch python3-matplotlib)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -56,8 +58,13 @@ case "$mode" in
     echo "== meson test (all suites but perf)"
     meson test -C "$build" --no-suite perf --print-errorlogs --num-processes 2
     ;;
+  train)
+    echo "== tide-train: 2 data-parallel ranks, 300 steps on Debian's fortunes (docs/trainer.md)"
+    "$build/tools/tiderun/tiderun" -n 2 "$build/trainer/tide-train" --dp 2 --steps 300 \
+      --eval-every 100 --eval-batches 10 --sample 300
+    ;;
   *)
-    echo "usage: $0 main|test" >&2
+    echo "usage: $0 main|test|train" >&2
     exit 2
     ;;
 esac

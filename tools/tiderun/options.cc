@@ -13,6 +13,7 @@ namespace {
 // process counts sane; far above what one machine runs).
 constexpr int kMaxProcs = 4096;
 constexpr int kMaxNodes = 1 << 20;
+constexpr int kMaxRestarts = 1000000;
 
 bool ParseInt(std::string_view text, long lo, long hi, int* out) {
   std::string s(text);
@@ -43,6 +44,7 @@ enum class Opt {
   kMasterAddr,
   kMasterPort,
   kTimeout,
+  kMaxRestarts,
   kPrefix,
   kHelp,
   kVersion,
@@ -57,6 +59,7 @@ Opt LongOpt(std::string_view name) {
   if (name == "master-addr") return Opt::kMasterAddr;
   if (name == "master-port") return Opt::kMasterPort;
   if (name == "timeout") return Opt::kTimeout;
+  if (name == "max-restarts") return Opt::kMaxRestarts;
   if (name == "prefix-output" || name == "tag-output") return Opt::kPrefix;
   if (name == "help") return Opt::kHelp;
   if (name == "version") return Opt::kVersion;
@@ -88,6 +91,9 @@ bool Apply(Opt o, const std::string& shown, std::string_view value, Options* opt
       return ParseInt(value, 0, 65535, &opts->master_port) || bad("a port number (0-65535)");
     case Opt::kTimeout:
       return ParseSeconds(value, &opts->timeout_s) || bad("a non-negative number of seconds");
+    case Opt::kMaxRestarts:
+      return ParseInt(value, 0, kMaxRestarts, &opts->max_restarts) ||
+             bad("a restart count between 0 and 1000000");
     case Opt::kPrefix:
       opts->prefix_output = true;
       return true;
@@ -177,6 +183,14 @@ ParseOutcome ParseOptions(int argc, const char* const* argv, Options* opts, std:
              std::to_string(opts->nnodes);
     return ParseOutcome::kError;
   }
+  if (opts->max_restarts > 0 && opts->nnodes > 1) {
+    // The tiderun processes of a multi-node job do not talk to each other:
+    // one node could not make the others stop and meet again.
+    *error =
+        "--max-restarts needs a single-node job (--nnodes 1): the nodes' tiderun processes do "
+        "not coordinate, so one node cannot restart the others";
+    return ParseOutcome::kError;
+  }
   if (static_cast<long long>(opts->nproc) * opts->nnodes > 0x7fffffffLL) {
     *error = "--nnodes times --nproc-per-node is too large";
     return ParseOutcome::kError;
@@ -189,8 +203,9 @@ std::string UsageText() {
          "\n"
          "Starts the ranks of a Tide job on this node. Each rank runs `program args...`\n"
          "with TIDE_RANK, TIDE_WORLD_SIZE, TIDE_LOCAL_RANK, TIDE_LOCAL_WORLD_SIZE,\n"
-         "TIDE_NODE_RANK, TIDE_NNODES, TIDE_MASTER_ADDR, TIDE_MASTER_PORT, TIDE_JOB_ID\n"
-         "and (single-node jobs) TIDE_SECRET set. Global rank = node_rank * nproc + local.\n"
+         "TIDE_NODE_RANK, TIDE_NNODES, TIDE_MASTER_ADDR, TIDE_MASTER_PORT, TIDE_JOB_ID,\n"
+         "TIDE_RESTART_COUNT and (single-node jobs) TIDE_SECRET set. Global rank =\n"
+         "node_rank * nproc + local.\n"
          "\n"
          "options:\n"
          "  -n, --np, --nproc-per-node N  ranks on this node (default 1)\n"
@@ -202,7 +217,11 @@ std::string UsageText() {
          "                                otherwise a free port)\n"
          "  --prefix-output, --tag-output prefix every output line with \"[rank] \"\n"
          "  --timeout SEC                 stop all ranks and exit 124 after SEC seconds\n"
-         "                                (0: no limit, the default)\n"
+         "                                (0: no limit, the default); with restarts, each\n"
+         "                                attempt gets SEC seconds, and a timeout is not\n"
+         "                                restarted\n"
+         "  --max-restarts N              restart the whole job up to N times when a rank\n"
+         "                                fails (default 0; single-node jobs only)\n"
          "  -h, --help                    show this text\n"
          "  --version                     show the version\n"
          "Underscores may replace dashes in long options (--nproc_per_node).\n"
@@ -211,6 +230,17 @@ std::string UsageText() {
          "1 s later, and tiderun exits with the failing rank's code (128+signal for a\n"
          "signal). SIGINT/SIGTERM/SIGHUP to tiderun are forwarded the same way (exit\n"
          "128+signal). Leftover /dev/shm/tide-<TIDE_JOB_ID>* files are removed at exit.\n"
+         "\n"
+         "--max-restarts N: when a rank fails and fewer than N restarts happened, the\n"
+         "others are stopped as above and, once all are gone, tiderun prints one line\n"
+         "  tiderun: restarting the job (restart K of N): rank R exited with status S\n"
+         "(or \"rank R was killed by signal S (SIGNAME)\") and starts every rank again\n"
+         "with TIDE_RESTART_COUNT=K (0 on the first start) and a fresh rendezvous: a new\n"
+         "TIDE_JOB_ID, a new TIDE_SECRET (unless exported) and a new free\n"
+         "TIDE_MASTER_PORT (unless --master-port fixes it). When the restarts are used\n"
+         "up, tiderun exits with the failure as without them. A signal to tiderun, a\n"
+         "timeout or a program that cannot be started never causes a restart.\n"
+         "\n"
          "TIDE_SECRET is generated for single-node jobs unless already set; multi-node\n"
          "jobs pass it through only when set (export the same value on every node).\n"
          "Ranks run in their own process groups; when tiderun's stdin is a terminal\n"

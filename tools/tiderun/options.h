@@ -13,7 +13,8 @@ struct Options {
   std::string master_addr = "127.0.0.1";
   int master_port = -1;              // -1 or 0: 29500 if nnodes > 1, else a free port
   bool prefix_output = false;        // prefix each output line with "[rank] "
-  double timeout_s = 0;              // stop the job after this long; 0 = never
+  double timeout_s = 0;              // stop an attempt after this long; 0 = never
+  int max_restarts = 0;              // restarts of the whole job after a rank died
   std::vector<std::string> command;  // program and its arguments, untouched
 };
 

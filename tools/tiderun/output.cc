@@ -4,9 +4,21 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 namespace tiderun {
+
+void Log(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  std::string line = std::string("tiderun: ") + buf + "\n";
+  WriteAll(STDERR_FILENO, line.data(), line.size());
+}
 
 bool WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {

@@ -1,4 +1,5 @@
-// Line-prefixing relay of a rank's output stream (--prefix-output).
+// tiderun's own messages, and the line-prefixing relay of a rank's output
+// stream (--prefix-output).
 #pragma once
 
 #include <cstddef>
@@ -6,6 +7,10 @@
 #include <utility>
 
 namespace tiderun {
+
+// Writes "tiderun: <printf-formatted message>\n" to stderr in one write
+// (messages longer than about 1000 bytes are cut).
+void Log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Writes all of data to fd, retrying on EINTR and waiting (poll) when fd is
 // non-blocking. Returns false on any other error (EPIPE included; the caller

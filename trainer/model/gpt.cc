@@ -1,0 +1,272 @@
+// Forward and backward of the GPT over one micro-batch (model/gpt.h).
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/linear.h"
+
+namespace tide_train {
+
+namespace {
+
+// The fast kernels or their plain references, chosen once per model.
+struct Ops {
+  decltype(&ops::linear_forward) linear_fwd;
+  decltype(&ops::linear_backward) linear_bwd;
+  decltype(&ops::layernorm_forward) ln_fwd;
+  decltype(&ops::layernorm_backward) ln_bwd;
+  decltype(&ops::gelu_forward) gelu_fwd;
+  decltype(&ops::gelu_backward) gelu_bwd;
+  decltype(&ops::embedding_forward) emb_fwd;
+  decltype(&ops::embedding_backward) emb_bwd;
+  decltype(&ops::xent_local_max) xent_max;
+  decltype(&ops::xent_local_sums) xent_sums;
+  decltype(&ops::xent_backward) xent_bwd;
+  decltype(&ops::attention_forward) attn_fwd;
+  bool ref;
+};
+
+const Ops kFast{ops::linear_forward,
+                ops::linear_backward,
+                ops::layernorm_forward,
+                ops::layernorm_backward,
+                ops::gelu_forward,
+                ops::gelu_backward,
+                ops::embedding_forward,
+                ops::embedding_backward,
+                ops::xent_local_max,
+                ops::xent_local_sums,
+                ops::xent_backward,
+                ops::attention_forward,
+                false};
+const Ops kRef{ops::ref::linear_forward,
+               ops::ref::linear_backward,
+               ops::ref::layernorm_forward,
+               ops::ref::layernorm_backward,
+               ops::ref::gelu_forward,
+               ops::ref::gelu_backward,
+               ops::ref::embedding_forward,
+               ops::ref::embedding_backward,
+               ops::ref::xent_local_max,
+               ops::ref::xent_local_sums,
+               ops::ref::xent_backward,
+               ops::ref::attention_forward,
+               true};
+
+void zero(std::vector<float>* v) { std::fill(v->begin(), v->end(), 0.0f); }
+
+// out[n, :] += bias for every row.
+void add_bias(float* out, const float* bias, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    float* row = out + static_cast<size_t>(n) * C;
+    for (int c = 0; c < C; ++c) row[c] += bias[c];
+  }
+}
+
+}  // namespace
+
+GPT::GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference)
+    : p_(params), tp_(tp), ref_(reference) {
+  const ModelConfig& m = p_->model();
+  const TensorParallel& t = p_->tp();
+  B_ = micro_batch;
+  T_ = m.block_size;
+  C_ = m.n_embd;
+  NH_ = t.heads(m);
+  HS_ = m.head_size();
+  Vl_ = t.local_vocab(m);
+  v0_ = t.vocab_begin(m);
+  nvalid_ = t.valid_vocab(m);
+  const size_t N = static_cast<size_t>(B_) * T_, C = C_;
+  const size_t Cl = static_cast<size_t>(NH_) * HS_;  // this rank's attention width
+  const size_t Fl = 4 * C / t.size;                  // this rank's MLP width
+  inputs_.resize(N);
+  targets_.resize(N);
+  res_.assign(static_cast<size_t>(m.n_layer) + 1, std::vector<float>(N * C));
+  layers_.resize(static_cast<size_t>(m.n_layer));
+  for (Layer& L : layers_) {
+    L.ln1.resize(N * C);
+    L.ln1_mean.resize(N);
+    L.ln1_rstd.resize(N);
+    L.qkv.resize(N * 3 * Cl);
+    L.att.resize(static_cast<size_t>(B_) * NH_ * T_ * T_);
+    L.attn_out.resize(N * Cl);
+    L.res_mid.resize(N * C);
+    L.ln2.resize(N * C);
+    L.ln2_mean.resize(N);
+    L.ln2_rstd.resize(N);
+    L.fc.resize(N * Fl);
+    L.gelu.resize(N * Fl);
+  }
+  lnf_.resize(N * C);
+  lnf_mean_.resize(N);
+  lnf_rstd_.resize(N);
+  logits_.resize(N * static_cast<size_t>(Vl_));
+  rowmax_.resize(N);
+  sums_.resize(2 * N);
+  losses_.resize(N);
+  dres_.resize(N * C);
+  dln_.resize(N * C);
+  dqkv_.resize(N * 3 * Cl);
+  dattn_.resize(N * Cl);
+  dfc_.resize(N * Fl);
+  dgelu_.resize(N * Fl);
+  dlogits_.resize(N * static_cast<size_t>(Vl_));
+  attn_scratch_.resize(ops::attention_scratch_floats(T_, HS_));
+}
+
+void GPT::tp_sum(float* buf, size_t n) {
+  if (tp_ != nullptr && p_->tp().size > 1) tp_->allreduce_sum(buf, n);
+}
+
+double GPT::forward(const int* inputs, const int* targets) {
+  const Ops& o = ref_ ? kRef : kFast;
+  const int N = B_ * T_, C = C_, Cl = NH_ * HS_, Fl = 4 * C_ / p_->tp().size;
+  const bool tp = p_->tp().size > 1;
+  std::copy(inputs, inputs + N, inputs_.begin());
+  auto P = [&](int i) { return p_->params[static_cast<size_t>(i)].data.data(); };
+
+  // Embedding: the vocabulary slice's rows (summed over the tensor-parallel
+  // ranks), then the positions.
+  float* x = res_[0].data();
+  if (!tp) {
+    o.emb_fwd(x, inputs, P(p_->wte), v0_, Vl_, P(p_->wpe), B_, T_, C);
+  } else {
+    o.emb_fwd(x, inputs, P(p_->wte), v0_, Vl_, nullptr, B_, T_, C);
+    tp_sum(x, static_cast<size_t>(N) * C);
+    const float* wpe = P(p_->wpe);
+    for (int b = 0; b < B_; ++b)
+      for (int t = 0; t < T_; ++t) {
+        float* row = x + (static_cast<size_t>(b) * T_ + t) * C;
+        const float* pos = wpe + static_cast<size_t>(t) * C;
+        for (int c = 0; c < C; ++c) row[c] += pos[c];
+      }
+  }
+
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = layers_[l];
+    const BlockParams& bp = p_->blocks[l];
+    const float* in = res_[l].data();
+    float* out = res_[l + 1].data();
+    o.ln_fwd(L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), in, P(bp.ln1_w), P(bp.ln1_b), N,
+             C);
+    o.linear_fwd(L.qkv.data(), L.ln1.data(), P(bp.qkv_w), P(bp.qkv_b), N, C, 3 * Cl);
+    o.attn_fwd(L.attn_out.data(), L.att.data(), L.qkv.data(), B_, T_, NH_, HS_);
+    // Row-parallel projection: partial sums, reduced, then the bias once.
+    o.linear_fwd(L.res_mid.data(), L.attn_out.data(), P(bp.attn_proj_w), nullptr, N, Cl, C);
+    tp_sum(L.res_mid.data(), static_cast<size_t>(N) * C);
+    add_bias(L.res_mid.data(), P(bp.attn_proj_b), N, C);
+    ops::residual_forward(L.res_mid.data(), L.res_mid.data(), in, static_cast<size_t>(N) * C);
+
+    o.ln_fwd(L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res_mid.data(), P(bp.ln2_w),
+             P(bp.ln2_b), N, C);
+    o.linear_fwd(L.fc.data(), L.ln2.data(), P(bp.fc_w), P(bp.fc_b), N, C, Fl);
+    o.gelu_fwd(L.gelu.data(), L.fc.data(), static_cast<size_t>(N) * Fl);
+    o.linear_fwd(out, L.gelu.data(), P(bp.mlp_proj_w), nullptr, N, Fl, C);
+    tp_sum(out, static_cast<size_t>(N) * C);
+    add_bias(out, P(bp.mlp_proj_b), N, C);
+    ops::residual_forward(out, out, L.res_mid.data(), static_cast<size_t>(N) * C);
+  }
+
+  o.ln_fwd(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), res_.back().data(), P(p_->lnf_w),
+           P(p_->lnf_b), N, C);
+  // The tied head over this rank's vocabulary slice.
+  o.linear_fwd(logits_.data(), lnf_.data(), P(p_->wte), nullptr, N, C, Vl_);
+  if (targets == nullptr) return 0.0;
+  std::copy(targets, targets + N, targets_.begin());
+
+  // Vocabulary-parallel cross-entropy: global max, then the sums.
+  o.xent_max(rowmax_.data(), logits_.data(), N, Vl_, nvalid_);
+  if (tp) tp_->allreduce_max(rowmax_.data(), static_cast<size_t>(N));
+  o.xent_sums(sums_.data(), sums_.data() + N, logits_.data(), rowmax_.data(), targets, v0_, N, Vl_,
+              nvalid_);
+  tp_sum(sums_.data(), 2 * static_cast<size_t>(N));
+  double total = 0.0;
+  for (int n = 0; n < N; ++n) {
+    const float loss = std::log(sums_[static_cast<size_t>(n)]) + rowmax_[static_cast<size_t>(n)] -
+                       sums_[static_cast<size_t>(N) + static_cast<size_t>(n)];
+    losses_[static_cast<size_t>(n)] = loss;
+    total += loss;
+  }
+  return total;
+}
+
+void GPT::backward(float scale, const std::function<void(int)>& ready) {
+  const Ops& o = ref_ ? kRef : kFast;
+  const int N = B_ * T_, C = C_, Cl = NH_ * HS_, Fl = 4 * C_ / p_->tp().size;
+  const size_t NC = static_cast<size_t>(N) * C;
+  auto P = [&](int i) { return p_->params[static_cast<size_t>(i)].data.data(); };
+  auto G = [&](int i) { return p_->params[static_cast<size_t>(i)].grad.data(); };
+
+  // Loss → logits → final LayerNorm. The head's input gradient is partial
+  // over the vocabulary slices.
+  o.xent_bwd(dlogits_.data(), logits_.data(), rowmax_.data(), sums_.data(), targets_.data(), v0_, N,
+             Vl_, nvalid_, scale);
+  zero(&dln_);
+  o.linear_bwd(dln_.data(), G(p_->wte), nullptr, dlogits_.data(), lnf_.data(), P(p_->wte), N, C,
+               Vl_);
+  tp_sum(dln_.data(), NC);
+  zero(&dres_);
+  o.ln_bwd(dres_.data(), G(p_->lnf_w), G(p_->lnf_b), dln_.data(), res_.back().data(), P(p_->lnf_w),
+           lnf_mean_.data(), lnf_rstd_.data(), N, C);
+  ready(p_->lnf_w);
+  ready(p_->lnf_b);
+
+  for (size_t li = layers_.size(); li-- > 0;) {
+    Layer& L = layers_[li];
+    const BlockParams& bp = p_->blocks[li];
+    // dres_ holds ∂/∂(block output); the residual passes it through.
+    zero(&dgelu_);
+    o.linear_bwd(dgelu_.data(), G(bp.mlp_proj_w), G(bp.mlp_proj_b), dres_.data(), L.gelu.data(),
+                 P(bp.mlp_proj_w), N, Fl, C);
+    ready(bp.mlp_proj_w);
+    ready(bp.mlp_proj_b);
+    zero(&dfc_);
+    o.gelu_bwd(dfc_.data(), L.fc.data(), dgelu_.data(), static_cast<size_t>(N) * Fl);
+    zero(&dln_);
+    o.linear_bwd(dln_.data(), G(bp.fc_w), G(bp.fc_b), dfc_.data(), L.ln2.data(), P(bp.fc_w), N, C,
+                 Fl);
+    ready(bp.fc_w);
+    ready(bp.fc_b);
+    tp_sum(dln_.data(), NC);
+    o.ln_bwd(dres_.data(), G(bp.ln2_w), G(bp.ln2_b), dln_.data(), L.res_mid.data(), P(bp.ln2_w),
+             L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
+    ready(bp.ln2_w);
+    ready(bp.ln2_b);
+
+    zero(&dattn_);
+    o.linear_bwd(dattn_.data(), G(bp.attn_proj_w), G(bp.attn_proj_b), dres_.data(),
+                 L.attn_out.data(), P(bp.attn_proj_w), N, Cl, C);
+    ready(bp.attn_proj_w);
+    ready(bp.attn_proj_b);
+    zero(&dqkv_);
+    if (o.ref)
+      ops::ref::attention_backward(dqkv_.data(), dattn_.data(), L.qkv.data(), L.att.data(), B_, T_,
+                                   NH_, HS_);
+    else
+      ops::attention_backward(dqkv_.data(), dattn_.data(), L.qkv.data(), L.att.data(), B_, T_, NH_,
+                              HS_, attn_scratch_.data());
+    zero(&dln_);
+    o.linear_bwd(dln_.data(), G(bp.qkv_w), G(bp.qkv_b), dqkv_.data(), L.ln1.data(), P(bp.qkv_w), N,
+                 C, 3 * Cl);
+    ready(bp.qkv_w);
+    ready(bp.qkv_b);
+    tp_sum(dln_.data(), NC);
+    o.ln_bwd(dres_.data(), G(bp.ln1_w), G(bp.ln1_b), dln_.data(), res_[li].data(), P(bp.ln1_w),
+             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
+    ready(bp.ln1_w);
+    ready(bp.ln1_b);
+  }
+
+  o.emb_bwd(G(p_->wte), G(p_->wpe), dres_.data(), inputs_.data(), v0_, Vl_, B_, T_, C);
+  ready(p_->wpe);
+  ready(p_->wte);
+}
+
+}  // namespace tide_train

@@ -1,0 +1,80 @@
+// The GPT's parameters (nanoGPT names and shapes) as this rank holds them
+// under tensor parallelism, with their gradients, how each is split, and the
+// mapping between the local shard and the whole tensor (for initialisation,
+// export, checkpoints and norms, which are all layout independent).
+//
+// Splits (TensorParallel of size P, rank r):
+//   replicated  every rank holds the whole tensor (embeddings of positions,
+//               LayerNorms, the row-parallel layers' biases);
+//   rows        the tensor's rows are `blocks` equal blocks (3 for c_attn:
+//               q, k, v), each split in P chunks; rank r holds chunk r of
+//               every block, blocks in order (column-parallel weights and
+//               biases, the vocabulary rows of wte, padded to P·⌈V/P⌉ rows);
+//   cols        the columns split in P chunks (row-parallel weights).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace tide_train {
+
+enum class Split { kReplicated, kRows, kCols };
+
+struct Param {
+  std::string name;                 // nanoGPT's state_dict name
+  std::vector<int64_t> full_shape;  // the whole tensor (wte: [V, C], unpadded)
+  Split split = Split::kReplicated;
+  int blocks = 1;              // kRows: row blocks each split across ranks
+  int64_t padded_rows = 0;     // kRows: rows after padding (wte: P·⌈V/P⌉), else full rows
+  bool decay = false;          // weight decay applies (2-D weights)
+  int64_t rows = 0, cols = 0;  // local shape (1-D tensors: rows = n, cols = 1)
+  std::vector<float> data, grad;
+
+  size_t size() const { return data.size(); }
+  bool sharded() const { return split != Split::kReplicated; }
+};
+
+// Indices of one block's parameters inside ParamSet::params.
+struct BlockParams {
+  int ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b;
+  int ln2_w, ln2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
+};
+
+class ParamSet {
+ public:
+  ParamSet(const ModelConfig& m, const TensorParallel& tp);
+
+  std::vector<Param> params;
+  int wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
+  std::vector<BlockParams> blocks;
+
+  // nanoGPT's initialisation from `seed`: each whole tensor is drawn from its
+  // own counter-based stream (seed, name), then this rank takes its shard, so
+  // every layout starts from the same weights.
+  void init(uint64_t seed);
+  void zero_grads();
+  // Whole tensor ↔ this rank's shard (full: product(full_shape) elements).
+  void shard_from_full(int index, const float* full);
+  void full_from_shard(int index, const std::vector<float>& local_shards_of_all_ranks,
+                       float* full) const;
+  // Where local element (row, col) of `index` lives in the whole tensor of
+  // rank `rank`'s shard (-1: padding, not part of the whole tensor).
+  int64_t full_offset(int index, int rank, int64_t row, int64_t col) const;
+  // Number of parameters of the whole model (each tensor once, wte once;
+  // with and without the position embedding, as nanoGPT reports).
+  int64_t count_full(bool with_wpe = true) const;
+  size_t count_local() const;
+
+  const ModelConfig& model() const { return m_; }
+  const TensorParallel& tp() const { return tp_; }
+
+ private:
+  int add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks, bool decay);
+  ModelConfig m_;
+  TensorParallel tp_;
+};
+
+}  // namespace tide_train

@@ -1,0 +1,138 @@
+// AdamW, LAMB, the schedule and gradient clipping (optim/optimizer.h).
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "io/error.h"
+
+namespace tide_train {
+
+double Schedule::at(int64_t it) const {
+  if (it < warmup) return lr * static_cast<double>(it + 1) / static_cast<double>(warmup + 1);
+  if (it > decay_steps) return min_lr;
+  const double ratio = decay_steps > warmup ? static_cast<double>(it - warmup) /
+                                                  static_cast<double>(decay_steps - warmup)
+                                            : 1.0;
+  return min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * ratio)) * (lr - min_lr);
+}
+
+Optimizer::Optimizer(ParamSet* params, OptimConfig config, TpCollectives* tp)
+    : p_(params), cfg_(std::move(config)), tp_(tp) {
+  if (cfg_.kind != "adamw" && cfg_.kind != "lamb")
+    throw Error("--optimizer " + cfg_.kind + ": expected adamw or lamb");
+  for (const Param& p : p_->params) {
+    m_.emplace_back(p.size(), 0.0f);
+    v_.emplace_back(p.size(), 0.0f);
+  }
+}
+
+void Optimizer::step(double lr) {
+  ++t_;
+  if (cfg_.kind == "lamb")
+    lamb(lr);
+  else
+    adamw(lr);
+}
+
+// torch.optim.AdamW (single-tensor path) step for step: decay, moments, then
+// the bias-corrected update; the scalars are formed in double and applied in
+// float, as PyTorch does.
+void Optimizer::adamw(double lr) {
+  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
+  const float eps = static_cast<float>(cfg_.eps);
+  for (size_t i = 0; i < p_->params.size(); ++i) {
+    Param& p = p_->params[i];
+    const float decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
+    float* w = p.data.data();
+    const float* g = p.grad.data();
+    float* m = m_[i].data();
+    float* v = v_[i].data();
+    for (size_t k = 0; k < p.size(); ++k) {
+      w[k] *= decay;
+      m[k] = m[k] * b1 + g[k] * (1.0f - b1);
+      v[k] = v[k] * b2 + g[k] * g[k] * (1.0f - b2);
+      const float denom = std::sqrt(v[k]) / bc2_sqrt + eps;
+      w[k] -= step_size * (m[k] / denom);
+    }
+  }
+}
+
+// LAMB: Adam moments with bias correction, u = m̂/(√v̂ + eps) + wd·w, then
+// w −= lr·(‖w‖/‖u‖)·u per tensor (whole-tensor norms).
+void Optimizer::lamb(double lr) {
+  const float bc1 = static_cast<float>(1.0 - std::pow(cfg_.beta1, static_cast<double>(t_)));
+  const float bc2 = static_cast<float>(1.0 - std::pow(cfg_.beta2, static_cast<double>(t_)));
+  const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
+  const float eps = static_cast<float>(cfg_.eps);
+  const size_t np = p_->params.size();
+  const bool tp = tp_ != nullptr && p_->tp().size > 1;
+  // Pass 1: moments, and the squared norms of w and u (u recomputed in pass 2).
+  std::vector<double> norms(2 * np, 0.0);
+  for (size_t i = 0; i < np; ++i) {
+    Param& p = p_->params[i];
+    const float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    const float* w = p.data.data();
+    const float* g = p.grad.data();
+    float* m = m_[i].data();
+    float* v = v_[i].data();
+    double ww = 0.0, uu = 0.0;
+    for (size_t k = 0; k < p.size(); ++k) {
+      m[k] = m[k] * b1 + g[k] * (1.0f - b1);
+      v[k] = v[k] * b2 + g[k] * g[k] * (1.0f - b2);
+      const float u = (m[k] / bc1) / (std::sqrt(v[k] / bc2) + eps) + wd * w[k];
+      ww += static_cast<double>(w[k]) * w[k];
+      uu += static_cast<double>(u) * u;
+    }
+    // Replicated tensors are whole on every rank: count them on one only.
+    const bool counted = p.sharded() || !tp || p_->tp().rank == 0;
+    norms[2 * i] = counted ? ww : 0.0;
+    norms[2 * i + 1] = counted ? uu : 0.0;
+  }
+  if (tp) tp_->allreduce_sum(norms.data(), norms.size());
+  for (size_t i = 0; i < np; ++i) {
+    Param& p = p_->params[i];
+    const float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    const float wn = static_cast<float>(std::sqrt(norms[2 * i]));
+    const float un = static_cast<float>(std::sqrt(norms[2 * i + 1]));
+    const float trust = (wn > 0.0f && un > 0.0f) ? wn / un : 1.0f;
+    const float rate = static_cast<float>(lr) * trust;
+    float* w = p.data.data();
+    const float* m = m_[i].data();
+    const float* v = v_[i].data();
+    for (size_t k = 0; k < p.size(); ++k) {
+      const float u = (m[k] / bc1) / (std::sqrt(v[k] / bc2) + eps) + wd * w[k];
+      w[k] -= rate * u;
+    }
+  }
+}
+
+double grad_norm_squared(const ParamSet& params, TpCollectives* tp) {
+  const bool many = tp != nullptr && params.tp().size > 1;
+  double sharded = 0.0, replicated = 0.0;
+  for (const Param& p : params.params) {
+    double s = 0.0;
+    for (float g : p.grad) s += static_cast<double>(g) * g;
+    (p.sharded() ? sharded : replicated) += s;
+  }
+  if (!many) return sharded + replicated;
+  // Summed over the group: sharded tensors' parts, replicated ones once.
+  double both = sharded + (params.tp().rank == 0 ? replicated : 0.0);
+  tp->allreduce_sum(&both, 1);
+  return both;
+}
+
+void clip_grads(ParamSet* params, double norm, double clip) {
+  if (clip <= 0.0) return;
+  const double coef = clip / (norm + 1e-6);
+  if (coef >= 1.0) return;
+  const float c = static_cast<float>(coef);
+  for (Param& p : params->params)
+    for (float& g : p.grad) g *= c;
+}
+
+}  // namespace tide_train

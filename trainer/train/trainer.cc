@@ -1,0 +1,274 @@
+// Set-up and the training loop of tide-train (train/trainer.h).
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "io/error.h"
+
+namespace tide_train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// "--compress" → the library's compression config (false: none).
+bool parse_compress(const std::string& s, tideCompressConfig_t* c, uint64_t seed) {
+  *c = tideCompressConfig_t TIDE_COMPRESS_CONFIG_INITIALIZER;
+  c->seed = seed;
+  if (s == "none") return false;
+  if (s == "fp16")
+    c->codec = tideCodecFp16;
+  else if (s == "bf16")
+    c->codec = tideCodecBf16;
+  else if (s == "int8")
+    c->codec = tideCodecInt8;
+  else if (s == "int4")
+    c->codec = tideCodecInt4;
+  else if (s == "auto")
+    c->codec = tideCodecAuto;
+  else if (s == "topk" || s.starts_with("topk:")) {
+    c->codec = tideCodecTopK;
+    if (s.size() > 5) {
+      char* end = nullptr;
+      const double r = std::strtod(s.c_str() + 5, &end);
+      if (end == nullptr || *end != '\0' || !(r > 0.0 && r <= 1.0))
+        throw Error("--compress " + s + ": topk:R needs 0 < R <= 1");
+      c->topkRatio = r;
+    }
+  } else {
+    throw Error("--compress " + s + ": expected none|fp16|bf16|int8|int4|topk:R|auto");
+  }
+  return true;
+}
+
+}  // namespace
+
+void TimedCollectives::allreduce_sum(float* buf, size_t n) {
+  const auto t = Clock::now();
+  TideCollectives::allreduce_sum(buf, n);
+  seconds += seconds_since(t);
+}
+void TimedCollectives::allreduce_max(float* buf, size_t n) {
+  const auto t = Clock::now();
+  TideCollectives::allreduce_max(buf, n);
+  seconds += seconds_since(t);
+}
+void TimedCollectives::allreduce_sum(double* buf, size_t n) {
+  const auto t = Clock::now();
+  TideCollectives::allreduce_sum(buf, n);
+  seconds += seconds_since(t);
+}
+
+Trainer::Trainer(const Options& options) : o_(options) {
+  started_ = Clock::now();
+  model_.n_layer = o_.layers;
+  model_.n_head = o_.heads;
+  model_.n_embd = o_.embd;
+  model_.block_size = o_.ctx;
+  model_.vocab_size = o_.vocab;
+  if (o_.pp != 1)
+    throw Error("--pp " + std::to_string(o_.pp) +
+                ": pipeline parallelism is not "
+                "available yet (--pp 1)");
+  groups_ = std::make_unique<Groups>(o_.dp, o_.tp, o_.pp);
+  tp_coll_ = std::make_unique<TimedCollectives>(groups_->tp);
+  // What may fail on one rank only (files) is agreed on by all (check_all).
+  bool ok = true;
+  std::string err;
+  try {
+    validate(model_, groups_->tp_size);
+    const int D = groups_->dp_size;
+    if (o_.batch < 1 || o_.micro_batches < 1 || o_.batch % (D * o_.micro_batches) != 0)
+      throw Error("--batch " + std::to_string(o_.batch) + " is not divisible by --dp " +
+                  std::to_string(D) + " x --micro-batches " + std::to_string(o_.micro_batches));
+    micro_ = o_.batch / (D * o_.micro_batches);
+    if (o_.vocab < 256)
+      throw Error("--vocab " + std::to_string(o_.vocab) + ": byte-level data needs at least 256");
+    TensorParallel tp{groups_->tp_size, groups_->tp_rank};
+    params_ = std::make_unique<ParamSet>(model_, tp);
+    params_->init(static_cast<uint64_t>(o_.seed));
+    if (!o_.init_from.empty()) load_weights(read_safetensors(o_.init_from), o_.init_from);
+    gpt_ = std::make_unique<GPT>(params_.get(), micro_, tp_coll_.get(), o_.reference_ops);
+    OptimConfig oc;
+    oc.kind = o_.optimizer;
+    oc.beta1 = o_.beta1;
+    oc.beta2 = o_.beta2;
+    oc.eps = o_.eps;
+    oc.weight_decay = o_.weight_decay;
+    optim_ = std::make_unique<Optimizer>(params_.get(), oc, tp_coll_.get());
+    has_compress_ = parse_compress(o_.compress, &compress_, static_cast<uint64_t>(o_.seed));
+    if (o_.score.empty() && (o_.steps > 0 || o_.eval_every > 0))
+      data_ =
+          std::make_unique<Dataset>(o_.data.empty() ? Dataset::default_source() : o_.data, o_.ctx);
+  } catch (const std::exception& e) {
+    ok = false;
+    err = e.what();
+  }
+  check_all(ok, err, "setting up");
+  schedule_.lr = o_.lr;
+  schedule_.min_lr = o_.min_lr;
+  schedule_.warmup = o_.warmup;
+  schedule_.decay_steps = o_.decay_steps < 0 ? o_.steps : o_.decay_steps;
+  inputs_.resize(static_cast<size_t>(micro_) * o_.ctx);
+  targets_.resize(inputs_.size());
+  tty_ = isatty(STDOUT_FILENO) != 0;
+  const ModelConfig& m = model_;
+  flops_per_token_ = 6.0 * static_cast<double>(params_->count_full(false)) +
+                     12.0 * m.n_layer * m.n_head * m.head_size() * m.block_size;
+  setup_reducer();
+}
+
+Trainer::~Trainer() {
+  if (reducer_ != nullptr) tideReducerDestroy(reducer_);
+}
+
+void Trainer::setup_reducer() {
+  if (groups_->dp == nullptr) return;
+  std::vector<void*> grads;
+  std::vector<size_t> counts;
+  for (Param& p : params_->params) {
+    grads.push_back(p.grad.data());
+    counts.push_back(p.grad.size());
+  }
+  tideReducerConfig_t rc = TIDE_REDUCER_CONFIG_INITIALIZER;
+  rc.bucketBytes =
+      o_.bucket_mb <= 0.0 ? SIZE_MAX : static_cast<size_t>(o_.bucket_mb * 1024.0 * 1024.0);
+  rc.firstBucketBytes = std::min<size_t>(rc.bucketBytes, size_t{1} << 20);
+  rc.average = 1;
+  rc.compress = has_compress_ ? &compress_ : nullptr;
+  const tideResult_t r =
+      tideReducerCreate(groups_->dp, static_cast<int>(grads.size()), grads.data(), counts.data(),
+                        tideFloat32, &rc, &reducer_);
+  if (r != tideSuccess)
+    throw Error(std::string("creating the gradient reducer: ") + tideGetErrorString(r) + " (" +
+                tideReducerGetLastError(nullptr) + ")");
+}
+
+// One optimizer step: M micro-batches forward and backward (the last one's
+// gradients reduced over the data-parallel group while its backward runs),
+// the global gradient norm, clipping, the update.
+StepRecord Trainer::train_step(int64_t step) {
+  const auto t0 = Clock::now();
+  tp_coll_->seconds = 0.0;
+  double wait_s = 0.0;
+  const int M = o_.micro_batches, T = o_.ctx;
+  const int share = o_.batch / groups_->dp_size;
+  params_->zero_grads();
+  double loss_sum = 0.0;
+  const float scale = 1.0f / static_cast<float>(static_cast<int64_t>(share) * T);
+  auto check_reducer = [&](tideResult_t r, const char* what) {
+    if (r != tideSuccess)
+      throw Error(std::string(what) + ": " + tideGetErrorString(r) + " (" +
+                  tideReducerGetLastError(reducer_) + ")");
+  };
+  for (int j = 0; j < M; ++j) {
+    const bool last = j == M - 1;
+    data_->train_batch(static_cast<uint64_t>(o_.seed), static_cast<uint64_t>(step),
+                       groups_->dp_rank * share + j * micro_, micro_, inputs_.data(),
+                       targets_.data());
+    loss_sum += gpt_->forward(inputs_.data(), targets_.data());
+    if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, last ? 1 : 0), "SetSync");
+    std::function<void(int)> ready = [](int) {};
+    if (reducer_ != nullptr && last)
+      ready = [&](int i) { check_reducer(tideReducerMarkReady(reducer_, i), "MarkReady"); };
+    gpt_->backward(scale, ready);
+    if (reducer_ != nullptr) {
+      if (!last)
+        for (size_t i = 0; i < params_->params.size(); ++i)
+          check_reducer(tideReducerMarkReady(reducer_, static_cast<int>(i)), "MarkReady");
+      const auto tw = Clock::now();
+      check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
+      wait_s += seconds_since(tw);
+    }
+  }
+  // The mean loss over the global batch.
+  double loss = loss_sum;
+  allreduce(groups_->dp, &loss, 1, tideSum);
+  loss /= static_cast<double>(o_.batch) * T;
+  const double norm = std::sqrt(grad_norm_squared(*params_, tp_coll_.get()));
+  if (step == 0 && !o_.dump_grads.empty()) dump_grads(o_.dump_grads);
+  clip_grads(params_.get(), norm, o_.clip);
+  const double lr = schedule_.at(step);
+  optim_->step(lr);
+
+  StepRecord r;
+  r.step = step;
+  r.loss = loss;
+  r.grad_norm = norm;
+  r.lr = lr;
+  const double secs = seconds_since(t0);
+  r.step_ms = secs * 1e3;
+  r.tokens_per_s = static_cast<double>(o_.batch) * T / secs;
+  r.flops = flops_per_token_ * r.tokens_per_s / groups_->world_size;  // per rank
+  r.mfu = peak_flops_ > 0 ? r.flops / peak_flops_ : 0.0;
+  r.comm_share = (wait_s + tp_coll_->seconds) / secs;
+  return r;
+}
+
+int Trainer::run() {
+  if (!o_.score.empty()) {
+    const double s = score_file(o_.score);
+    if (leader()) std::printf("score: %.12g\n", s);
+    return 0;
+  }
+  peak_flops_ = measure_gemm_peak();
+  const int64_t first = resume_if_asked();
+  if (leader()) {
+    std::printf(
+        "tide-train: %lld parameters (%lld without positions), layout dp %d x tp %d, "
+        "%d sequences of %d per step, %d micro-batches of %d per rank\n",
+        static_cast<long long>(params_->count_full(true)),
+        static_cast<long long>(params_->count_full(false)), groups_->dp_size, groups_->tp_size,
+        o_.batch, o_.ctx, o_.micro_batches, micro_);
+    std::printf("gemm peak: %.2f GFLOP/s per rank (single-thread sgemm, measured)\n",
+                peak_flops_ / 1e9);
+    if (data_)
+      std::printf("data: %zu bytes (%zu training, %zu validation)\n", data_->bytes(),
+                  data_->train().size(), data_->val().size());
+    std::fflush(stdout);
+  }
+  for (int64_t s = first; s < o_.steps; ++s) {
+    double val = 0.0;
+    const bool eval = o_.eval_every > 0 && s % o_.eval_every == 0;
+    if (eval) val = evaluate();
+    const StepRecord r = train_step(s);
+    report(r, val, eval);
+    if (o_.checkpoint_every > 0 && !o_.checkpoint_dir.empty() && (s + 1) % o_.checkpoint_every == 0)
+      save_checkpoint_now(s + 1);
+  }
+  if (o_.eval_every > 0 && o_.steps > first) {
+    const double val = evaluate();
+    if (leader()) {
+      std::printf("step %lld | val_loss %.6f\n", static_cast<long long>(o_.steps), val);
+      char line[128];
+      std::snprintf(line, sizeof line, "{\"step\": %lld, \"val_loss\": %.12g}",
+                    static_cast<long long>(o_.steps), val);
+      write_metrics_line(line);
+      val_curve_.emplace_back(o_.steps, val);
+    }
+  }
+  if (o_.checkpoint_every > 0 && !o_.checkpoint_dir.empty() && o_.steps > first &&
+      o_.steps % o_.checkpoint_every != 0)
+    save_checkpoint_now(o_.steps);
+  if (!o_.export_path.empty()) {
+    TensorFile f = gather_weights();
+    if (leader()) write_safetensors(o_.export_path, f);
+    barrier(groups_->world);
+  }
+  if (o_.sample > 0) {
+    const std::string text = sample(o_.sample);
+    if (leader()) std::printf("%s\n", text.c_str());
+  }
+  if (leader() && !o_.plot.empty()) plot_curves();
+  return 0;
+}
+
+}  // namespace tide_train
