@@ -5,13 +5,13 @@
       --tiderun build/tools/tiderun/tiderun [--mode speed|learn|all] \\
       [--out FILE.json] [--plot FILE.png]
 
-speed: a GPT of L=4, H=4, C=192 (--layers/--heads/--embd), ctx 64, global
-  batch 16, one BLAS thread per process (OPENBLAS_NUM_THREADS=1,
+speed: a GPT of L=4, H=4, C=224 (--layers/--heads/--embd; 2.49 M parameters), ctx 64 (--ctx), global
+  batch 32 (--batch), one BLAS thread per process (OPENBLAS_NUM_THREADS=1,
   torch.set_num_threads(1)). --steps (30) measured steps after --warm (5):
     torch      PyTorch eager, one process: forward + backward + clip_grad_norm_
                + AdamW step + zero_grad, median tokens/s over steps
     tide       tide-train, one rank: median tokens_per_s of its --metrics
-    torch-ddp  PyTorch DDP over gloo, 2 processes of 8 sequences each; global
+    torch-ddp  PyTorch DDP over gloo, 2 processes of --batch/2 sequences each; global
                tokens per step / median step time (a barrier ends each step)
     tide-dp2   tiderun -n 2 tide-train --dp 2, same global batch
   run in turn (torch, tide, torch-ddp, tide-dp2) --repeats (2) times; the
@@ -48,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "trainer"))
 import nanogpt_ref as ref  # noqa: E402
 
-SPEED_CTX, SPEED_BATCH, VOCAB = 64, 16, 256
+VOCAB = 256
 LEARN = dict(layers=4, heads=4, embd=128, ctx=64, batch=12, lr=1e-3, min_lr=1e-4, warmup=100,
              weight_decay=0.1, clip=1.0, eval_every=250, eval_batches=20)
 
@@ -97,19 +97,19 @@ def timed_steps(model, opt, batch, steps: int, clip: float, sync=None) -> list[f
 
 
 def speed_model(a) -> ref.GPT:
-    model = ref.GPT(ref.GPTConfig(a.layers, a.heads, a.embd, SPEED_CTX, VOCAB))
+    model = ref.GPT(ref.GPTConfig(a.layers, a.heads, a.embd, a.ctx, VOCAB))
     model.init_weights(a.seed)
     return model
 
 
 def torch_eager_speed(a, data: ref.TextData) -> float:
-    """Median tokens/s of PyTorch eager, one process, global batch 16."""
+    """Median tokens/s of PyTorch eager, one process, global batch --batch."""
     model = speed_model(a)
     opt = ref.make_optimizer(model, "adamw", 1e-3, 0.1)
-    times = timed_steps(model, opt, lambda s: data.train_batch(a.seed, s, SPEED_BATCH,
-                                                               SPEED_CTX),
+    times = timed_steps(model, opt, lambda s: data.train_batch(a.seed, s, a.batch,
+                                                               a.ctx),
                         a.warm + a.steps, 1.0)
-    return SPEED_BATCH * SPEED_CTX / statistics.median(times[a.warm:])
+    return a.batch * a.ctx / statistics.median(times[a.warm:])
 
 
 def ddp_worker(spec: dict) -> None:
@@ -123,9 +123,9 @@ def ddp_worker(spec: dict) -> None:
     data = ref.TextData.from_source(a.data)
     model = DDP(speed_model(a))
     opt = ref.make_optimizer(model.module, "adamw", 1e-3, 0.1)
-    per = SPEED_BATCH // world
+    per = a.batch // world
     times = timed_steps(model, opt, lambda s: data.train_batch(
-        a.seed, s, SPEED_BATCH, SPEED_CTX, first=rank * per, count=per),
+        a.seed, s, a.batch, a.ctx, first=rank * per, count=per),
         a.warm + a.steps, 1.0, sync=dist.barrier)
     if rank == 0:
         with open(spec["result"], "w") as f:
@@ -140,7 +140,7 @@ def free_port() -> int:
 
 
 def torch_ddp_speed(a, workdir: str, world: int = 2) -> float:
-    """Global tokens/s of PyTorch DDP (gloo), `world` processes, global batch 16."""
+    """Global tokens/s of PyTorch DDP (gloo), `world` processes, global batch --batch."""
     result = os.path.join(workdir, "ddp.json")
     spec = json.dumps({"args": vars(a), "result": result})
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
@@ -151,24 +151,26 @@ def torch_ddp_speed(a, workdir: str, world: int = 2) -> float:
         sys.exit("a DDP rank failed")
     with open(result) as f:
         times = json.load(f)["times"]
-    return SPEED_BATCH * SPEED_CTX / statistics.median(times[a.warm:])
+    return a.batch * a.ctx / statistics.median(times[a.warm:])
 
 
 def tide_speed(a, workdir: str, ranks: int) -> dict:
     """Median tokens_per_s (and mfu) of tide-train's measured steps."""
     metrics = os.path.join(workdir, f"speed_{ranks}.jsonl")
-    flags = tide_flags(layers=a.layers, heads=a.heads, embd=a.embd, ctx=SPEED_CTX,
-                       vocab=VOCAB, batch=SPEED_BATCH, steps=a.warm + a.steps, seed=a.seed,
+    flags = tide_flags(layers=a.layers, heads=a.heads, embd=a.embd, ctx=a.ctx,
+                       vocab=VOCAB, batch=a.batch, steps=a.warm + a.steps, seed=a.seed,
                        lr=1e-3, min_lr=1e-4, warmup=100, decay_steps=2000, weight_decay=0.1,
                        clip=1.0, optimizer="adamw", data=a.data, metrics=metrics,
                        eval_every=10 ** 9, eval_batches=1)  # evaluates at step 0 only
     cmd = [a.tide_train] + flags
     if ranks > 1:
         cmd = [a.tiderun, "-n", str(ranks), a.tide_train, "--dp", str(ranks)] + flags
+    if os.path.exists(metrics):
+        os.remove(metrics)  # tide-train appends; each repeat starts afresh
     recs, out = run_tide(cmd, metrics)
     steps = [recs[s] for s in sorted(recs) if a.warm <= s < a.warm + a.steps and "loss" in recs[s]]
     res = {"tokens_per_s": statistics.median(float(r["tokens_per_s"]) for r in steps),
-           "from_step_ms": statistics.median(SPEED_BATCH * SPEED_CTX * 1e3 / float(r["step_ms"])
+           "from_step_ms": statistics.median(a.batch * a.ctx * 1e3 / float(r["step_ms"])
                                              for r in steps),
            "mfu": statistics.median(float(r["mfu"]) for r in steps)}
     for line in out.splitlines():
@@ -204,8 +206,8 @@ def speed(a, workdir: str) -> dict:
             runs["tide-dp2"].append(t["tokens_per_s"])
             extra["tide-dp2_mfu"].append(t["mfu"])
     med = {n: statistics.median(v) for n, v in runs.items() if v}
-    res = {"model": dict(layers=a.layers, heads=a.heads, embd=a.embd, ctx=SPEED_CTX,
-                         batch=SPEED_BATCH, steps=a.steps, warm=a.warm),
+    res = {"model": dict(layers=a.layers, heads=a.heads, embd=a.embd, ctx=a.ctx,
+                         batch=a.batch, steps=a.steps, warm=a.warm),
            "runs": runs, "median_tokens_per_s": med}
     if "tide" in med:
         res["tide/torch"] = med["tide"] / med["torch"]
@@ -320,7 +322,9 @@ def main() -> int:
     ap.add_argument("--data", default=ref.FORTUNES, help="text file or folder")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--embd", type=int, default=192)
+    ap.add_argument("--embd", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=32, help="speed: global batch")
+    ap.add_argument("--ctx", type=int, default=64, help="speed: context length")
     ap.add_argument("--steps", type=int, default=30, help="speed: measured steps")
     ap.add_argument("--warm", type=int, default=5, help="speed: warm-up steps")
     ap.add_argument("--repeats", type=int, default=2)

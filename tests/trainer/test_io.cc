@@ -599,3 +599,34 @@ TEST(Dataset, WindowsFollowTheFormula) {
 
 }  // namespace
 }  // namespace tide_train
+
+// A byte flipped inside a tensor's data (structure intact) fails the load:
+// COMPLETE holds every file's checksum.
+TEST(CheckpointChecksum, FlippedDataByteFailsTheLoad) {
+  const std::string dir = ::testing::TempDir() + "/tide_ckpt_flip_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  tide_train::Checkpoint c;
+  c.step = 3;
+  c.model.tensors["w"] = tide_train::Tensor{{4, 4}, std::vector<float>(16, 1.5f)};
+  c.optim.tensors["w.exp_avg"] = tide_train::Tensor{{4, 4}, std::vector<float>(16, 0.5f)};
+  c.state_json = "{\"step\": 3}";
+  c.extra["reducer_tp0_dp0"] = {1, 2, 3};
+  tide_train::save_checkpoint(dir, c);
+  EXPECT_NO_THROW(tide_train::load_checkpoint(dir, 3));
+  const std::string path = dir + "/step_00000003/model.safetensors";
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-5, std::ios::end);
+  char b = 0;
+  f.read(&b, 1);
+  b = static_cast<char>(b ^ 0x10);
+  f.seekp(-5, std::ios::end);
+  f.write(&b, 1);
+  f.close();
+  try {
+    tide_train::load_checkpoint(dir, 3);
+    ADD_FAILURE() << "a flipped byte loaded";
+  } catch (const tide_train::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}

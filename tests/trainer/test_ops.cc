@@ -146,11 +146,20 @@ TEST(LinearTest, MatchesRefAndFiniteDifferences) {
     }
     auto run = [&](auto fn) {
       return [&, fn](const Outs& o) {
-        fn(o[0], o[1], o[2], dy.data(), x.data(), w.data(), s.N, s.IC, s.OC);
+        fn(o[0], o[1], o[2], dy.data(), x.data(), w.data(), s.N, s.IC, s.OC, false);
       };
     };
     CheckBackward({x.size(), w.size(), b.size()}, {true, true, true}, run(linear_backward),
                   run(ref::linear_backward));
+    // set_dinp: dinp overwritten (its old contents, NaN here, never read).
+    {
+      Vec got(x.size(), NAN), want(x.size(), NAN);
+      linear_backward(got.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), s.N, s.IC, s.OC,
+                      true);
+      ref::linear_backward(want.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), s.N, s.IC,
+                           s.OC, true);
+      EXPECT_TRUE(Close(got, want, kFastTol)) << "set_dinp " << s.N << "x" << s.IC << "x" << s.OC;
+    }
     if (x.size() + w.size() > 500) continue;  // finite differences on the small shapes
     Vec out(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
     auto loss = [&] {
@@ -238,9 +247,13 @@ TEST(GeluTest, BackwardMatchesRefAccumulatesAndFiniteDifferences) {
   for (size_t n : {7, 16, 33, 4096}) {  // 7: tail only; 16: blocks only
     Vec x = Random(n, -5.0f, 5.0f), dy = Random(n);
     auto run = [&](auto fn) {
-      return [&, fn](const Outs& o) { fn(o[0], x.data(), dy.data(), n); };
+      return [&, fn](const Outs& o) { fn(o[0], x.data(), dy.data(), n, false); };
     };
     CheckBackward({n}, {true}, run(gelu_backward), run(ref::gelu_backward));
+    Vec got(n, NAN), want(n, NAN);  // set: overwritten, old contents never read
+    gelu_backward(got.data(), x.data(), dy.data(), n, true);
+    ref::gelu_backward(want.data(), x.data(), dy.data(), n, true);
+    EXPECT_TRUE(Close(got, want, kFastTol)) << "set " << n;
   }
   Vec x = Random(257, -4.0f, 4.0f), r = Random(257), out(257), dx(257, 0.0f);
   auto loss = [&] {

@@ -235,6 +235,47 @@ std::vector<int64_t> complete_steps(const fs::path& dir) {
   return steps;
 }
 
+// FNV-1a (64-bit) of a file's bytes: COMPLETE lists one per file, so a
+// checkpoint whose contents changed after it was written (a flipped bit, a
+// partial copy) fails to load instead of loading wrong weights.
+uint64_t content_hash(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  return h;
+}
+
+std::string hash_line(const fs::path& folder, const std::string& rel) {
+  const std::vector<uint8_t> bytes = read_file((folder / rel).string());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(content_hash(bytes)));
+  return std::string(hex) + " " + std::to_string(bytes.size()) + " " + rel + "\n";
+}
+
+// Checks every "<hash> <size> <file>" line of COMPLETE against the file.
+void verify_hashes(const fs::path& folder) {
+  const std::string where = (folder / kComplete).string();
+  const std::vector<uint8_t> raw = read_file(where);
+  const std::string text(raw.begin(), raw.end());
+  size_t pos = text.find('\n');
+  if (pos == std::string::npos || text.compare(0, 5, "step ") != 0)
+    fail(where, "not a COMPLETE marker");
+  int listed = 0;
+  while (++pos < text.size()) {
+    const size_t end = text.find('\n', pos);
+    if (end == std::string::npos) fail(where, "truncated");
+    const std::string line = text.substr(pos, end - pos);
+    const size_t a = line.find(' '), b = line.find(' ', a + 1);
+    if (a == std::string::npos || b == std::string::npos) fail(where, "bad line: " + line);
+    const std::string rel = line.substr(b + 1);
+    if (rel.empty() || rel.find("..") != std::string::npos) fail(where, "bad file name: " + rel);
+    if (hash_line(folder, rel) != line + "\n")
+      fail((folder / rel).string(), "contents differ from the checksum in COMPLETE (corrupt)");
+    ++listed;
+    pos = end;
+  }
+  if (listed == 0) fail(where, "lists no files");
+}
+
 void write_folder(const fs::path& tmp, const Checkpoint& ckpt) {
   if (::mkdir(tmp.c_str(), 0755) != 0) fail_errno(tmp.string(), "cannot create");
   write_safetensors((tmp / "model.safetensors").string(), ckpt.model);
@@ -246,7 +287,10 @@ void write_folder(const fs::path& tmp, const Checkpoint& ckpt) {
     write_file_synced((extra / (key + ".bin")).string(), blob.data(), blob.size());
   fsync_path(extra.string(), true);
   fsync_path(tmp.string(), true);
-  const std::string marker = "step " + std::to_string(ckpt.step) + "\n";
+  std::string marker = "step " + std::to_string(ckpt.step) + "\n";
+  for (const char* f : {"model.safetensors", "optim.safetensors", "state.json"})
+    marker += hash_line(tmp, f);
+  for (const auto& entry : ckpt.extra) marker += hash_line(tmp, "extra/" + entry.first + ".bin");
   write_file_synced((tmp / kComplete).string(), marker.data(), marker.size());
   fsync_path(tmp.string(), true);
 }
@@ -347,7 +391,11 @@ Checkpoint load_checkpoint(const std::string& dir, int64_t step) {
 
   const fs::path extra = folder / "extra";
   std::error_code ec;
-  if (!fs::exists(fs::symlink_status(extra, ec))) return ckpt;
+  // Structure first (the messages name what is wrong), then the checksums.
+  if (!fs::exists(fs::symlink_status(extra, ec))) {
+    verify_hashes(folder);
+    return ckpt;
+  }
   if (!is_dir(extra)) fail(extra.string(), "not a folder");
   for (const std::string& name : list_names(extra)) {
     const fs::path file = extra / name;
@@ -361,6 +409,7 @@ Checkpoint load_checkpoint(const std::string& dir, int64_t step) {
       fail(file.string(), "not a regular file");
     ckpt.extra.emplace(key, read_file(file.string()));
   }
+  verify_hashes(folder);
   return ckpt;
 }
 

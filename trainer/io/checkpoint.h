@@ -8,7 +8,9 @@
 //                       (the caller's JSON object, stored as given)
 //   extra/<key>.bin     opaque per-rank blobs (the reducer's state of each
 //                       data-parallel rank, compression residuals), by key
-//   COMPLETE            written last: its presence marks a whole checkpoint
+//   COMPLETE            written last: its presence marks a whole checkpoint;
+//                       it lists "<fnv1a-64 hex> <bytes> <file>" of every file,
+//                       checked by load (a changed byte fails the load)
 // Writing goes to DIR/.tmp_step_<step>_<pid>/, fsyncs every file and the
 // folder, renames it to step_<step>, then fsyncs DIR: a crash at any point
 // leaves either no checkpoint of that step or a complete one. A stale

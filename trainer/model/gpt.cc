@@ -208,9 +208,8 @@ void GPT::backward(float scale, const std::function<void(int)>& ready) {
   // over the vocabulary slices.
   o.xent_bwd(dlogits_.data(), logits_.data(), rowmax_.data(), sums_.data(), targets_.data(), v0_, N,
              Vl_, nvalid_, scale);
-  zero(&dln_);
   o.linear_bwd(dln_.data(), G(p_->wte), nullptr, dlogits_.data(), lnf_.data(), P(p_->wte), N, C,
-               Vl_);
+               Vl_, true);
   tp_sum(dln_.data(), NC);
   zero(&dres_);
   o.ln_bwd(dres_.data(), G(p_->lnf_w), G(p_->lnf_b), dln_.data(), res_.back().data(), P(p_->lnf_w),
@@ -222,16 +221,13 @@ void GPT::backward(float scale, const std::function<void(int)>& ready) {
     Layer& L = layers_[li];
     const BlockParams& bp = p_->blocks[li];
     // dres_ holds ∂/∂(block output); the residual passes it through.
-    zero(&dgelu_);
     o.linear_bwd(dgelu_.data(), G(bp.mlp_proj_w), G(bp.mlp_proj_b), dres_.data(), L.gelu.data(),
-                 P(bp.mlp_proj_w), N, Fl, C);
+                 P(bp.mlp_proj_w), N, Fl, C, true);
     ready(bp.mlp_proj_w);
     ready(bp.mlp_proj_b);
-    zero(&dfc_);
-    o.gelu_bwd(dfc_.data(), L.fc.data(), dgelu_.data(), static_cast<size_t>(N) * Fl);
-    zero(&dln_);
+    o.gelu_bwd(dfc_.data(), L.fc.data(), dgelu_.data(), static_cast<size_t>(N) * Fl, true);
     o.linear_bwd(dln_.data(), G(bp.fc_w), G(bp.fc_b), dfc_.data(), L.ln2.data(), P(bp.fc_w), N, C,
-                 Fl);
+                 Fl, true);
     ready(bp.fc_w);
     ready(bp.fc_b);
     tp_sum(dln_.data(), NC);
@@ -240,9 +236,8 @@ void GPT::backward(float scale, const std::function<void(int)>& ready) {
     ready(bp.ln2_w);
     ready(bp.ln2_b);
 
-    zero(&dattn_);
     o.linear_bwd(dattn_.data(), G(bp.attn_proj_w), G(bp.attn_proj_b), dres_.data(),
-                 L.attn_out.data(), P(bp.attn_proj_w), N, Cl, C);
+                 L.attn_out.data(), P(bp.attn_proj_w), N, Cl, C, true);
     ready(bp.attn_proj_w);
     ready(bp.attn_proj_b);
     zero(&dqkv_);
@@ -252,9 +247,8 @@ void GPT::backward(float scale, const std::function<void(int)>& ready) {
     else
       ops::attention_backward(dqkv_.data(), dattn_.data(), L.qkv.data(), L.att.data(), B_, T_, NH_,
                               HS_, attn_scratch_.data());
-    zero(&dln_);
     o.linear_bwd(dln_.data(), G(bp.qkv_w), G(bp.qkv_b), dqkv_.data(), L.ln1.data(), P(bp.qkv_w), N,
-                 C, 3 * Cl);
+                 C, 3 * Cl, true);
     ready(bp.qkv_w);
     ready(bp.qkv_b);
     tp_sum(dln_.data(), NC);

@@ -83,12 +83,24 @@ TIDE_OPS_CLONES void gelu_grad_loop(float* __restrict dinp, const float* __restr
   for (; i < n; ++i) dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
+TIDE_OPS_CLONES void gelu_grad_set_loop(float* __restrict dinp, const float* __restrict inp,
+                                        const float* __restrict dout, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (size_t j = 0; j < 16; ++j) dinp[i + j] = dout[i + j] * gelu_grad(inp[i + j]);
+  for (; i < n; ++i) dinp[i] = dout[i] * gelu_grad(inp[i]);
+}
+
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, size_t n) { gelu_loop(out, inp, n); }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  if (dinp != nullptr) gelu_grad_loop(dinp, inp, dout, n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, bool set) {
+  if (dinp == nullptr) return;
+  if (set)
+    gelu_grad_set_loop(dinp, inp, dout, n);
+  else
+    gelu_grad_loop(dinp, inp, dout, n);
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
@@ -117,7 +129,8 @@ void gelu_forward(float* out, const float* inp, size_t n) {
   }
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, bool set) {
+  if (set && dinp != nullptr) std::fill(dinp, dinp + n, 0.0f);
   if (dinp == nullptr) return;
   const double inv_sqrt_2pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;
   for (size_t i = 0; i < n; ++i) {

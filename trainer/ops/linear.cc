@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -47,13 +48,18 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
 }
 
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                     const float* w, int N, int IC, int OC) {
-  if (N <= 0 || OC <= 0) return;
+                     const float* w, int N, int IC, int OC, bool set_dinp) {
+  if (N <= 0) return;
+  if (OC <= 0) {
+    if (set_dinp && dinp != nullptr && IC > 0)
+      std::fill(dinp, dinp + static_cast<size_t>(N) * IC, 0.0f);
+    return;
+  }
   if (IC > 0) {
-    // dinp[N, IC] += dout[N, OC] · w[OC, IC]
+    // dinp[N, IC] (+)= dout[N, OC] · w[OC, IC]
     if (dinp != nullptr)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f,
-                  dinp, IC);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
+                  set_dinp ? 0.0f : 1.0f, dinp, IC);
     // dw[OC, IC] += dout[N, OC]ᵀ · inp[N, IC]
     if (dw != nullptr)
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
@@ -88,8 +94,9 @@ void linear_forward(float* out, const float* inp, const float* w, const float* b
 }
 
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                     const float* w, int N, int IC, int OC) {
+                     const float* w, int N, int IC, int OC, bool set_dinp) {
   if (dinp != nullptr) {
+    if (set_dinp) std::fill(dinp, dinp + static_cast<size_t>(N) * IC, 0.0f);
     for (int n = 0; n < N; ++n) {
       for (int i = 0; i < IC; ++i) {
         double acc = 0.0;

@@ -15,15 +15,16 @@ namespace tide_train::ops {
 void linear_forward(float* out, const float* inp, const float* w, const float* bias, int N, int IC,
                     int OC);
 // dinp[N, IC] += dout[N, OC] · w;  dw[OC, IC] += doutᵀ · inp;  dbias[OC] += Σₙ dout.
-// Any of dinp, dw, dbias may be null (not wanted).
+// Any of dinp, dw, dbias may be null (not wanted). set_dinp: dinp is
+// overwritten (=) instead (the caller need not zero a fresh buffer).
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                     const float* w, int N, int IC, int OC);
+                     const float* w, int N, int IC, int OC, bool set_dinp = false);
 
 namespace ref {
 void linear_forward(float* out, const float* inp, const float* w, const float* bias, int N, int IC,
                     int OC);
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                     const float* w, int N, int IC, int OC);
+                     const float* w, int N, int IC, int OC, bool set_dinp = false);
 }  // namespace ref
 
 }  // namespace tide_train::ops

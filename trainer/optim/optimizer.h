@@ -34,9 +34,11 @@ class Optimizer {
  public:
   // tp: the tensor-parallel collectives (null with one rank).
   Optimizer(ParamSet* params, OptimConfig config, TpCollectives* tp);
-  // One update with rate lr from the parameters' grad (already reduced and
-  // clipped); advances the step count.
-  void step(double lr);
+  // One update with rate lr from the parameters' grad (already reduced),
+  // each gradient first multiplied by grad_scale (clipping: clip_scale());
+  // advances the step count and leaves every gradient zero (the next step
+  // accumulates into them: no separate zeroing pass).
+  void step(double lr, float grad_scale = 1.0f);
 
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }
@@ -45,8 +47,8 @@ class Optimizer {
   const OptimConfig& config() const { return cfg_; }
 
  private:
-  void adamw(double lr);
-  void lamb(double lr);
+  void adamw(double lr, float gs);
+  void lamb(double lr, float gs);
   ParamSet* p_;
   OptimConfig cfg_;
   TpCollectives* tp_;
@@ -59,8 +61,8 @@ class Optimizer {
 // (sharded tensors summed over the tensor-parallel group; replicated ones
 // counted once), in double.
 double grad_norm_squared(const ParamSet& params, TpCollectives* tp);
-// Scales every gradient by min(1, clip/(norm + 1e-6)) (PyTorch's
-// clip_grad_norm_) when clip > 0.
-void clip_grads(ParamSet* params, double norm, double clip);
+// The factor PyTorch's clip_grad_norm_ multiplies the gradients by:
+// min(1, clip/(norm + 1e-6)) when clip > 0, else 1.
+float clip_scale(double norm, double clip);
 
 }  // namespace tide_train

@@ -161,7 +161,8 @@ StepRecord Trainer::train_step(int64_t step) {
   double wait_s = 0.0;
   const int M = o_.micro_batches, T = o_.ctx;
   const int share = o_.batch / groups_->dp_size;
-  params_->zero_grads();
+  if (!grads_zero_) params_->zero_grads();  // the optimizer step leaves them zero
+  grads_zero_ = false;
   double loss_sum = 0.0;
   const float scale = 1.0f / static_cast<float>(static_cast<int64_t>(share) * T);
   auto check_reducer = [&](tideResult_t r, const char* what) {
@@ -195,9 +196,9 @@ StepRecord Trainer::train_step(int64_t step) {
   loss /= static_cast<double>(o_.batch) * T;
   const double norm = std::sqrt(grad_norm_squared(*params_, tp_coll_.get()));
   if (step == 0 && !o_.dump_grads.empty()) dump_grads(o_.dump_grads);
-  clip_grads(params_.get(), norm, o_.clip);
   const double lr = schedule_.at(step);
-  optim_->step(lr);
+  optim_->step(lr, clip_scale(norm, o_.clip));
+  grads_zero_ = true;
 
   StepRecord r;
   r.step = step;

@@ -87,6 +87,7 @@ class Trainer {
   tideCompressConfig_t compress_{};
   bool has_compress_ = false;
   int micro_ = 1;  // sequences per micro-batch
+  bool grads_zero_ = false;
   double peak_flops_ = 0.0, flops_per_token_ = 0.0;
   std::vector<int> inputs_, targets_;
   bool tty_ = false;
