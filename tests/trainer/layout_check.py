@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """tide-train gives the same losses at every data x tensor parallel layout.
 
-For a fixed seed the first N losses at DP2, TP2, DP2xTP2, DP4 and TP4 must
-match the one-rank run within a relative tolerance (default 1e-4, fp32
+For a fixed seed the first N losses at DP2, TP2, DP2xTP2, DP4 and TP4 (and
+with two micro-batches at 1 rank and DP2) must match the one-rank run within a relative tolerance (default 1e-4, fp32
 reductions in another order), for AdamW and LAMB; the gradient norms too.
 Usage: layout_check.py TIDE_TRAIN TIDERUN WORKDIR [--steps N] [--layouts ...]
 Exit 0: pass, 1: fail (every number printed).
@@ -38,14 +38,15 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--optimizers", default="adamw,lamb")
-    ap.add_argument("--layouts", default="dp2,tp2,dp2tp2,dp4,tp4")
+    ap.add_argument("--layouts", default="dp2,tp2,dp2tp2,dp4,tp4,mb2,dp2mb2")
     ap.add_argument("--data", default="")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     data = ["--data", a.data] if a.data else []
     layouts = {"dp2": (2, ["--dp", "2"]), "tp2": (2, ["--tp", "2"]),
                "dp2tp2": (4, ["--dp", "2", "--tp", "2"]), "dp4": (4, ["--dp", "4"]),
-               "tp4": (4, ["--tp", "4"])}
+               "tp4": (4, ["--tp", "4"]), "mb2": (1, ["--micro-batches", "2"]),
+               "dp2mb2": (2, ["--dp", "2", "--micro-batches", "2"])}
     worst = 0.0
     failed = False
     for opt in a.optimizers.split(","):
