@@ -54,6 +54,9 @@ std::vector<TraceEvent> Worker::takeTrace() {
 }
 
 void Worker::loop() {
+  // A background thread: its waits sleep at once rather than spin or yield
+  // on the cores the caller's backward pass is using (docs/overlap.md).
+  tideSetThreadWaitMode(tideWaitSleep);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -224,6 +224,18 @@ typedef enum {
 tideResult_t tideCommPredictTime(tideComm_t comm, tideCollective_t coll, size_t bytes,
                                  double* microseconds);
 
+/* ---- Waiting ---------------------------------------------------------------
+ * How the CALLING THREAD waits inside blocking Tide calls (a per-thread
+ * setting, default tideWaitDefault). tideWaitDefault: spin briefly, then
+ * poll with sched_yield, then sleep on the sockets or a futex (TIDE_SPIN_US,
+ * TIDE_YIELD_US): lowest latency when every rank has its own core.
+ * tideWaitSleep: sleep at once: for threads that communicate in the
+ * background while the application computes on the same cores, whose spins
+ * and yields would take those cores from it (the gradient reducer's thread
+ * uses it; docs/overlap.md). Local; tideInvalidArgument for another value. */
+typedef enum { tideWaitDefault = 0, tideWaitSleep = 1 } tideWaitMode_t;
+tideResult_t tideSetThreadWaitMode(tideWaitMode_t mode);
+
 /* ---- Host streams ----------------------------------------------------------
  * A host stream runs its operations in order on a library thread; the caller
  * does not need to poll. */

@@ -311,8 +311,21 @@ static void Dies(void) {
   _exit(g_failures ? 1 : 0);
 }
 
+/* tideSetThreadWaitMode: the two modes, a bad value rejected; collectives
+ * still right from a thread that sleeps at once. */
+static void WaitMode(void) {
+  float x[3] = {1.0f, 2.0f, 3.0f};
+  CHECK(tideSetThreadWaitMode((tideWaitMode_t)7) == tideInvalidArgument, "wait mode 7 accepted");
+  CHECK(tideSetThreadWaitMode(tideWaitSleep) == tideSuccess, "tideWaitSleep refused");
+  CHECK(tideAllReduce(x, x, 3, tideFloat32, tideSum, g_comm, NULL) == tideSuccess,
+        "All-Reduce under tideWaitSleep failed");
+  CHECK(x[2] == 3.0f * (float)g_nranks, "All-Reduce under tideWaitSleep: %g", x[2]);
+  CHECK(tideSetThreadWaitMode(tideWaitDefault) == tideSuccess, "tideWaitDefault refused");
+}
+
 static void Body(void) {
   Alloc();
+  WaitMode();
   if (g_nranks > 1) Unused0();
   Unused1();
   Accum();

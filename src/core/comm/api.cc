@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/device/device_stream.h"
 #include "core/exec/check.h"
+#include "core/exec/executor.h"
 #include "core/exec/job.h"
 #include "core/issue/enqueue.h"
 #include "core/issue/planner.h"
@@ -319,6 +320,16 @@ Status cudaStreamWait(tideStream_t stream, bool wait) {
 }
 
 }  // namespace
+
+TIDE_API tideResult_t tideSetThreadWaitMode(tideWaitMode_t mode) {
+  return guarded("tideSetThreadWaitMode", nullptr, [&]() -> Status {
+    if (mode != tideWaitDefault && mode != tideWaitSleep)
+      return tide::invalidArgument("wait mode %d is not tideWaitDefault (0) or tideWaitSleep (1)",
+                                   static_cast<int>(mode));
+    tide::setThreadWaitSleep(mode == tideWaitSleep);
+    return Status::Ok();
+  });
+}
 
 TIDE_API tideResult_t tideStreamCreate(tideStream_t* stream) {
   return guarded("tideStreamCreate", nullptr, [&]() -> Status {

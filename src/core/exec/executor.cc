@@ -320,13 +320,21 @@ Status runLoop(std::vector<ExecItem*>& items, std::vector<ExecItem*>& live,
 thread_local std::vector<ExecItem*> tLiveSpare;
 thread_local std::vector<pollfd> tFdsSpare;
 
+thread_local bool tWaitSleep = false;
+
+void setThreadWaitSleep(bool sleep) { tWaitSleep = sleep; }
+
 Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning) {
+  // A background thread (tideWaitSleep) never spins or yields: the cores
+  // belong to the application's compute.
+  const WaitTuning sleeping{0, 0};
+  const WaitTuning& waits = tWaitSleep ? sleeping : tuning;
   std::vector<ExecItem*> live;
   std::vector<pollfd> fds;
   live.swap(tLiveSpare);
   fds.swap(tFdsSpare);
   live.clear();
-  Status first = runLoop(items, live, fds, tuning);
+  Status first = runLoop(items, live, fds, waits);
   live.swap(tLiveSpare);
   fds.swap(tFdsSpare);
   return first;

@@ -34,6 +34,10 @@ struct ExecItem {
   Status result;                             // filled by runTasks
 };
 
+// The calling thread's wait mode (tideSetThreadWaitMode): true: runTasks
+// sleeps as soon as it is idle (no spin, no yield).
+void setThreadWaitSleep(bool sleep);
+
 // Runs all items; returns the first error (each item's own result is set).
 // On error or abort the remaining tasks are destroyed (cancelled).
 Status runTasks(std::vector<ExecItem*>& items, const WaitTuning& tuning);
