@@ -323,10 +323,15 @@ Status cudaStreamWait(tideStream_t stream, bool wait) {
 
 TIDE_API tideResult_t tideSetThreadWaitMode(tideWaitMode_t mode) {
   return guarded("tideSetThreadWaitMode", nullptr, [&]() -> Status {
-    if (mode != tideWaitDefault && mode != tideWaitSleep)
+    // The caller's bits as an int: a C caller may pass any value, which is
+    // not a valid value of the C++ enum (loading it would be undefined).
+    int raw = 0;
+    static_assert(sizeof(mode) == sizeof(raw), "tideWaitMode_t is an int");
+    std::memcpy(&raw, &mode, sizeof raw);
+    if (raw != tideWaitDefault && raw != tideWaitSleep)
       return tide::invalidArgument("wait mode %d is not tideWaitDefault (0) or tideWaitSleep (1)",
-                                   static_cast<int>(mode));
-    tide::setThreadWaitSleep(mode == tideWaitSleep);
+                                   raw);
+    tide::setThreadWaitSleep(raw == tideWaitSleep);
     return Status::Ok();
   });
 }
