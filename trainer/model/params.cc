@@ -138,13 +138,17 @@ int64_t ParamSet::full_offset(int index, int rank, int64_t row, int64_t col) con
   return -1;
 }
 
-void ParamSet::shard_from_full(int index, const float* full) {
-  Param& p = params[static_cast<size_t>(index)];
+void ParamSet::shard_into(int index, const float* full, float* out) const {
+  const Param& p = params[static_cast<size_t>(index)];
   for (int64_t r = 0; r < p.rows; ++r)
     for (int64_t c = 0; c < p.cols; ++c) {
       const int64_t off = full_offset(index, tp_.rank, r, c);
-      p.data[static_cast<size_t>(r * p.cols + c)] = off < 0 ? 0.0f : full[off];
+      out[static_cast<size_t>(r * p.cols + c)] = off < 0 ? 0.0f : full[off];
     }
+}
+
+void ParamSet::shard_from_full(int index, const float* full) {
+  shard_into(index, full, params[static_cast<size_t>(index)].data.data());
 }
 
 void ParamSet::full_from_shard(int index, const std::vector<float>& all, float* full) const {

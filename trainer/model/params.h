@@ -58,6 +58,9 @@ class ParamSet {
   void zero_grads();
   // Whole tensor ↔ this rank's shard (full: product(full_shape) elements).
   void shard_from_full(int index, const float* full);
+  // The same shard of a whole tensor into `out` (this rank's size of
+  // `index`): the optimizer's moments, loaded from a checkpoint.
+  void shard_into(int index, const float* full, float* out) const;
   void full_from_shard(int index, const std::vector<float>& local_shards_of_all_ranks,
                        float* full) const;
   // Where local element (row, col) of `index` lives in the whole tensor of

@@ -267,12 +267,9 @@ int64_t Trainer::resume_if_asked() {
         auto it = c.optim.tensors.find(p.name + kind);
         if (it == c.optim.tensors.end() || it->second.shape != p.full_shape)
           throw Error("checkpoint optim.safetensors: missing or misshapen " + p.name + kind);
-        std::vector<float> saved = p.data;
-        params_->shard_from_full(static_cast<int>(i), it->second.data.data());
         auto& dst =
             std::string(kind) == ".exp_avg" ? optim_->exp_avg()[i] : optim_->exp_avg_sq()[i];
-        dst = params_->params[i].data;
-        params_->params[i].data = saved;
+        params_->shard_into(static_cast<int>(i), it->second.data.data(), dst.data());
       }
     }
     optim_->set_steps(st.at("optimizer_steps").get<int64_t>());
