@@ -34,8 +34,9 @@ sources() { git ls-files '*.cc' '*.h' '*.c' '*.cu' '*.cuh' | grep -v '^fuzz/corp
 #      the other, transports/, shim/ or src/cuda/).
 #  (e) shim/ includes only include/tide/, shim/ and src/cuda/cuda_loader.h
 #      (the lazy driver loader, compiled into libnccl.so.2 itself).
-#  (f) clients: perf/, tools/, trainer/, reducer/ (the gradient reducer,
-#      compiled into libtide but built on the public API only),
+#  (f) clients: perf/, tools/, trainer/, python/ (tide_torch), reducer/
+#      (the gradient reducer, compiled into libtide but built on the public
+#      API only),
 #      tests/multirank/, tests/capi/, tests/fault/, tests/launch/ and
 #      tests/harness/ include only include/tide/ and their own folder
 #      (tests/ ones also tests/harness/), except the pairs in
@@ -131,7 +132,8 @@ layer_rule() {
       case $t in include/tide/* | shim/* | src/cuda/cuda_loader.h) ;;
         *) rule="(e) shim/ includes only include/tide/, shim/ and src/cuda/cuda_loader.h" ;;
       esac ;;
-    perf/* | tools/* | trainer/* | reducer/* | tests/multirank/* | tests/capi/* | tests/fault/* | \
+    perf/* | tools/* | trainer/* | reducer/* | python/* | tests/multirank/* | tests/capi/* | \
+      tests/fault/* | \
       tests/launch/* | tests/harness/*)
       case $f in tests/*) own=${f#tests/} own=tests/${own%%/*} ;; *) own=${f%%/*} ;; esac
       case $t in include/tide/* | "$own"/*) ;;

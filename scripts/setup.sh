@@ -18,7 +18,8 @@ packages=(
   clang
   libopenblas-dev libcli11-dev nlohmann-json3-dev fortunes
 )
-optional=(python3-torch python3-matplotlib)
+# PyTorch (the torch suite, tide_torch: libtorch-dev's headers, pybind11) and plots.
+optional=(python3-torch libtorch-dev pybind11-dev python3-dev python3-matplotlib)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -31,7 +32,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     "${packages[@]}"
-  # Only the torchrun-environment test needs it; it skips without.
+  # Without them tide_torch is not built and the torch suite skips.
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     "${optional[@]}" || echo "== optional packages not installed: ${optional[*]}"
 fi

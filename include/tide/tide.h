@@ -247,6 +247,17 @@ tideResult_t tideStreamSynchronize(tideStream_t stream);
 tideResult_t tideStreamQuery(tideStream_t stream);
 /* Waits for pending work, then frees the stream. */
 tideResult_t tideStreamDestroy(tideStream_t stream);
+/* Queues a call of `callback` on a host stream (not a CUDA stream, not NULL):
+ * the stream's thread calls it once every operation enqueued before it has
+ * completed, with `status` the first error among the operations since the
+ * previous callback on this stream (tideSuccess if none) and `message` that
+ * error's text ("" on success; valid during the call only). The callback may
+ * enqueue work, but must not synchronize or destroy this stream, and while it
+ * runs the stream's later work waits. Returns at once. */
+typedef void (*tideStreamCallback_t)(tideStream_t stream, tideResult_t status, const char* message,
+                                     void* userData);
+tideResult_t tideStreamAddCallback(tideStream_t stream, tideStreamCallback_t callback,
+                                   void* userData);
 
 /* ---- Collectives ------------------------------------------------------------
  * Argument order and in-place rules as NCCL:

@@ -32,6 +32,23 @@ out=$(env -u TIDE_SECRET "$TIDERUN" --nnodes 2 --node-rank 1 sh -c 'echo "${TIDE
 out=$(TIDE_SECRET=s3 "$TIDERUN" --nnodes 2 --node-rank 1 sh -c 'echo "${TIDE_SECRET-unset}"')
 [ "$out" = s3 ] || fail "multi-node job lost the user's secret: '$out'"
 
+# torchrun's variables, for PyTorch scripts: MASTER_PORT is the store's port,
+# a free one other than TIDE_MASTER_PORT; on several nodes the one after it;
+# an exported MASTER_PORT is kept.
+tshow='echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $ROLE_RANK'
+tshow+=' $ROLE_WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $MASTER_ADDR $MASTER_PORT $TIDE_MASTER_PORT"'
+env -u MASTER_PORT "$TIDERUN" -n 3 sh -c "$tshow" > "$WORK/tout" || fail "torch vars run exited $?"
+for r in 0 1 2; do
+  grep -q "^$r 3 $r 3 0 $r 3 0 127.0.0.1 [0-9]" "$WORK/tout" || fail "rank $r: $(cat "$WORK/tout")"
+done
+[ "$(cut -d' ' -f10 "$WORK/tout" | sort -u | wc -l)" = 1 ] || fail "MASTER_PORT differs"
+read -r -a f < "$WORK/tout"
+[ "${f[9]}" != "${f[10]}" ] || fail "MASTER_PORT = TIDE_MASTER_PORT = ${f[9]}"
+out=$(env -u MASTER_PORT "$TIDERUN" -n 2 --nnodes 2 --node-rank 1 --master-port 31000 sh -c "$tshow")
+grep -q "^2 4 0 2 1 2 4 0 127.0.0.1 31001 31000" <<< "$out" || fail "two nodes: '$out'"
+out=$(MASTER_PORT=29877 "$TIDERUN" sh -c 'echo "$MASTER_PORT"')
+[ "$out" = 29877 ] || fail "exported MASTER_PORT not kept: '$out'"
+
 # Other variables pass through.
 out=$(TIDE_TEST_OTHER=kept "$TIDERUN" sh -c 'echo "$TIDE_TEST_OTHER"')
 [ "$out" = kept ] || fail "environment not passed through: '$out'"

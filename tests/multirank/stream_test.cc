@@ -1,11 +1,14 @@
 // Host streams: a 64 MiB float32 AllReduce enqueued on a stream returns at
 // once and runs while the caller computes; tideStreamQuery reports
 // tideInProgress, then tideSuccess; a Broadcast enqueued behind it sees its
-// result (stream order); Synchronize and Destroy succeed. Two processes (this
+// result (stream order); a callback queued behind both runs once both are
+// done, with tideSuccess; Synchronize and Destroy succeed. Two processes (this
 // executable re-runs itself with --worker=stream).
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -30,6 +33,23 @@ double BusyCompute(double ms) {
   return acc;
 }
 
+// What a stream callback saw when its stream's thread called it.
+struct CallbackSeen {
+  std::atomic<int> calls{0};
+  tideResult_t status = tideInternalError;
+  std::string message = "unset";
+  float first = -1.0f;  // recv[0] when called: the AllReduce was done
+  const float* watch = nullptr;
+};
+
+void RecordCallback(tideStream_t, tideResult_t status, const char* message, void* data) {
+  auto* seen = static_cast<CallbackSeen*>(data);
+  seen->status = status;
+  seen->message = message;
+  seen->first = *seen->watch;
+  seen->calls.fetch_add(1, std::memory_order_release);
+}
+
 int StreamChecks(ThreadRank& ctx) {
   const int r = ctx.rank, n = ctx.nranks;
   const size_t count = (size_t{64} << 20) / sizeof(float);
@@ -44,6 +64,10 @@ int StreamChecks(ThreadRank& ctx) {
   // Stream order: this Broadcast reads what the AllReduce wrote.
   CHECK_RC(tideBroadcast(recv.data(), bcast.data(), count, tideFloat32, 0, ctx.comm, stream));
   const double call2_ms = MsSince(t0);
+  // Called once both are done, with their (lack of) error.
+  CallbackSeen seen;
+  seen.watch = bcast.data();
+  CHECK_RC(tideStreamAddCallback(stream, RecordCallback, &seen));
 
   int in_progress = 0, queries = 0;
   tideResult_t q = tideInProgress;
@@ -84,6 +108,19 @@ int StreamChecks(ThreadRank& ctx) {
   tideResult_t sync = tideStreamSynchronize(stream);
   if (sync != tideSuccess) {
     ctx.Logf("rank %d: tideStreamSynchronize: %s\n", r, tideGetErrorString(sync));
+    code = 1;
+  }
+  const float want0 = static_cast<float>(n * (n - 1) / 2);
+  if (seen.calls.load(std::memory_order_acquire) != 1 || seen.status != tideSuccess ||
+      !seen.message.empty() || seen.first != want0) {
+    ctx.Logf("rank %d: callback: %d call(s), status %s, message \"%s\", bcast[0] %g (want %g)\n", r,
+             seen.calls.load(), tideGetErrorString(seen.status), seen.message.c_str(), seen.first,
+             want0);
+    code = 1;
+  }
+  if (tideStreamAddCallback(nullptr, RecordCallback, &seen) != tideInvalidArgument ||
+      tideStreamAddCallback(stream, nullptr, &seen) != tideInvalidArgument) {
+    ctx.Logf("rank %d: tideStreamAddCallback accepted a NULL stream or callback\n", r);
     code = 1;
   }
   for (size_t i = 0; code == 0 && i < count; ++i) {

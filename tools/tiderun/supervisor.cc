@@ -376,6 +376,21 @@ AttemptResult Supervisor::RunAttempt(const AttemptEnv& env) {
         {"TIDE_RESTART_COUNT", std::to_string(env.restart_count)},
     };
     if (!env.secret.empty()) vars.emplace_back("TIDE_SECRET", env.secret);
+    // torchrun's names, so PyTorch scripts (init_method env://) start as under
+    // torchrun. MASTER_PORT is the c10d store's port, not Tide's bootstrap.
+    const std::pair<const char*, std::string> torch_vars[] = {
+        {"RANK", std::to_string(r.global)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(local)},
+        {"LOCAL_WORLD_SIZE", std::to_string(opts_.nproc)},
+        {"GROUP_RANK", std::to_string(opts_.node_rank)},
+        {"ROLE_RANK", std::to_string(r.global)},
+        {"ROLE_WORLD_SIZE", std::to_string(world)},
+        {"MASTER_ADDR", opts_.master_addr},
+        {"MASTER_PORT", std::to_string(env.torch_port)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(env.restart_count)},
+    };
+    for (const auto& [name, value] : torch_vars) vars.emplace_back(name, value);
     EnvBlock block(vars);
     if (!Launch(local, block.envp(), stdin_fd)) break;
   }

@@ -23,6 +23,7 @@ struct AttemptEnv {
   std::string job_id;     // TIDE_JOB_ID (also names /dev/shm/tide-<id>*)
   std::string secret;     // TIDE_SECRET; empty: leave the environment's
   int port = 0;           // TIDE_MASTER_PORT
+  int torch_port = 0;     // MASTER_PORT (torchrun's: PyTorch's c10d store), != port
   int restart_count = 0;  // TIDE_RESTART_COUNT: 0 on the first attempt
 };
 

@@ -50,15 +50,39 @@ bool MakeAttemptEnv(const Options& opts, int restart_count, const AttemptEnv* pr
   }
   env->port = opts.master_port;
   if (env->port <= 0 && opts.nnodes > 1) env->port = 29500;
-  if (env->port > 0) return true;
   std::string error;
-  for (int i = 0; i < kPortTries; ++i) {
-    env->port = PickFreePort(opts.master_addr, &error);
-    if (env->port <= 0) {
+  if (env->port <= 0) {
+    for (int i = 0; i < kPortTries; ++i) {
+      env->port = PickFreePort(opts.master_addr, &error);
+      if (env->port <= 0) {
+        Log("%s", error.c_str());
+        return false;
+      }
+      if (previous == nullptr || env->port != previous->port) break;
+    }
+  }
+  // PyTorch's store: MASTER_PORT when exported, else the port after Tide's on
+  // several nodes (every node computes the same), else another free port.
+  env->torch_port = 0;
+  if (const char* mp = getenv("MASTER_PORT"); mp != nullptr && *mp != '\0') {
+    char* end = nullptr;
+    long v = std::strtol(mp, &end, 10);
+    if (*end == '\0' && v > 0 && v <= 65535 && v != env->port)
+      env->torch_port = static_cast<int>(v);
+  }
+  if (env->torch_port == 0 && opts.nnodes > 1)
+    env->torch_port = env->port < 65535 ? env->port + 1 : env->port - 1;
+  for (int i = 0; env->torch_port == 0 && i < kPortTries; ++i) {
+    int p = PickFreePort(opts.master_addr, &error);
+    if (p <= 0) {
       Log("%s", error.c_str());
       return false;
     }
-    if (previous == nullptr || env->port != previous->port) break;
+    if (p != env->port && (previous == nullptr || p != previous->torch_port)) env->torch_port = p;
+  }
+  if (env->torch_port == 0) {
+    Log("cannot find a free port for MASTER_PORT");
+    return false;
   }
   return true;
 }

@@ -351,6 +351,19 @@ TIDE_API tideResult_t tideStreamSynchronize(tideStream_t stream) {
   });
 }
 
+TIDE_API tideResult_t tideStreamAddCallback(tideStream_t stream, tideStreamCallback_t callback,
+                                            void* userData) {
+  return guarded("tideStreamAddCallback", nullptr, [&]() -> Status {
+    if (stream == nullptr) return tide::invalidArgument("stream is NULL (a host stream is needed)");
+    if (callback == nullptr) return tide::invalidArgument("callback is NULL");
+    if (!tide::isHostStream(stream)) {
+      return tide::invalidArgument("stream %p was not made by tideStreamCreate (or was destroyed)",
+                                   static_cast<void*>(stream));
+    }
+    return tideStreamAddCallbackImpl(stream, callback, userData);
+  });
+}
+
 TIDE_API tideResult_t tideStreamQuery(tideStream_t stream) {
   return guarded("tideStreamQuery", nullptr, [&]() -> Status {
     if (stream == nullptr) return Status::Ok();

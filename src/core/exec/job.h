@@ -30,6 +30,10 @@ struct Job {
   std::condition_variable cv;
   bool done = false;
   Status result;
+  // A host-stream callback (tideStreamAddCallback) instead of operations: the
+  // stream's worker calls it with the first error since the previous one.
+  tideStreamCallback_t callback = nullptr;
+  void* callbackData = nullptr;
   // Storage for the control block of newJob()'s shared_ptr (core/exec/job.cc).
   alignas(std::max_align_t) unsigned char controlBlock[64];
 

@@ -33,6 +33,8 @@ void clearJob(Job& j) {
   j.result = Status::Ok();
   j.arrivals.store(0, std::memory_order_relaxed);
   j.parties = 1;
+  j.callback = nullptr;
+  j.callbackData = nullptr;
 }
 
 // Each thread keeps a few free jobs of its own and trades them with the

@@ -32,6 +32,9 @@ struct tideStream {
   // enqueued and completed, readable without the lock (the brief waits below).
   std::atomic<uint64_t> enqueuedA{0};
   std::atomic<uint64_t> completedA{0};
+  // The first error since the last callback (tideStreamAddCallback); only the
+  // worker touches it.
+  tide::Status sinceCallback;
   int syncWaiters = 0;  // threads in Synchronize/Destroy (so the worker must wake them)
   std::thread worker;
 };
@@ -83,12 +86,21 @@ void workerLoop(tideStream* s) {
     Status firstError;
     for (std::shared_ptr<Job>& job : batch) {
       // Every earlier job of this stream is done.
+      if (job->callback != nullptr) {
+        Status seen = std::move(s->sinceCallback);
+        s->sinceCallback = Status::Ok();
+        job->callback(s, seen.code(), seen.message().c_str(), job->callbackData);
+        job.reset();
+        s->completedA.fetch_add(1, std::memory_order_release);
+        continue;
+      }
       if (job->arrive()) {
         executeJob(*job);
       } else {
         job->waitDone();
       }
       if (!job->result.ok() && firstError.ok()) firstError = job->result;
+      if (!job->result.ok() && s->sinceCallback.ok()) s->sinceCallback = job->result;
       job.reset();  // back to the pool
       s->completedA.fetch_add(1, std::memory_order_release);
     }
@@ -138,6 +150,14 @@ tide::Status tideStreamCreateImpl(tideStream** out) {
     tide::gStreams.insert(s);
   }
   *out = s;
+  return tide::Status::Ok();
+}
+
+tide::Status tideStreamAddCallbackImpl(tideStream* s, tideStreamCallback_t callback, void* data) {
+  std::shared_ptr<tide::Job> job = tide::newJob();
+  job->callback = callback;
+  job->callbackData = data;
+  tide::streamEnqueue(s, std::move(job));
   return tide::Status::Ok();
 }
 

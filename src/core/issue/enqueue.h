@@ -36,5 +36,6 @@ Status groupEnd();
 // Host stream (core/exec/stream.cc).
 tide::Status tideStreamCreateImpl(tideStream** out);
 tide::Status tideStreamSynchronizeImpl(tideStream* s);
+tide::Status tideStreamAddCallbackImpl(tideStream* s, tideStreamCallback_t callback, void* data);
 tide::Status tideStreamQueryImpl(tideStream* s);
 tide::Status tideStreamDestroyImpl(tideStream* s);
