@@ -47,7 +47,7 @@ sanitized_build() {  # dir sanitizers [suite...]
   else
     # shellcheck disable=SC2086
     meson setup "$dir" -Db_sanitize="$san" -Db_lundef=false -Dbuildtype=debugoptimized \
-      -Dmpi=disabled -Dcuda=disabled -Ducx="$ucx" $extra >/dev/null
+      -Dmpi=disabled -Dcuda=disabled -Dtorch=disabled -Ducx="$ucx" $extra >/dev/null
   fi
   local t0
   t0=$(date +%s)

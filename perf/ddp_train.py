@@ -33,6 +33,7 @@ ap.add_argument("--batch", type=int, default=16)
 ap.add_argument("--width", type=int, default=0, help="hidden width (default: 256 mlp, 64 transformer)")
 ap.add_argument("--layers", type=int, default=2)
 ap.add_argument("--ctx", type=int, default=32)
+ap.add_argument("--vocab", type=int, default=64, help="transformer: vocabulary (embedding and head rows)")
 ap.add_argument("--lr", type=float, default=0.05)
 ap.add_argument("--hook", default="", help="tide_torch.compression_hook codec (int8, fp16, ...)")
 ap.add_argument("--bucket-mb", type=float, default=25.0)
@@ -46,7 +47,7 @@ if args.backend == "tide":
 torch.set_num_threads(args.threads)
 dist.init_process_group(args.backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 rank, world = dist.get_rank(), dist.get_world_size()
-VOCAB = 64
+VOCAB = args.vocab
 
 
 class MLP(nn.Module):
@@ -136,6 +137,6 @@ if rank == 0:
           f"steps={args.steps} step_ms={step_ms:.2f} loss0={losses[0]:.6f} loss={losses[-1]:.6f}"
           + (f" hook={args.hook}" if args.hook else ""), flush=True)
     if args.out:
-        torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        torch.save({"params": {k: v.detach().clone() for k, v in model.named_parameters()},
                     "losses": losses, "step_ms": step_ms}, args.out)
 dist.destroy_process_group()

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""tide_torch's failures reach Python as exceptions with Tide's message, in
-time, instead of hangs:
+"""tide_torch's init methods, and its failures reaching Python as exceptions
+with Tide's message, in time, instead of hangs:
+  tcp, file init_process_group("tide", init_method="tcp://..." / "file://...",
+            rank=, world_size=) rendezvous and all_reduce (3 ranks).
   timeout   the group's timeout (init_process_group(timeout=6 s)) is
             honoured: rank 1 never joins an all_reduce; rank 0's wait()
             raises RuntimeError naming tide and the timeout within 6-30 s.
@@ -21,9 +23,10 @@ if "RANK" not in os.environ:
         sys.exit(77)
     tiderun = sys.argv[sys.argv.index("--tiderun") + 1]
     bad = 0
-    for mode in ["timeout", "dead"]:
+    for mode in ["tcp", "file", "timeout", "dead"]:
         t0 = time.time()
-        rc = subprocess.call([tiderun, "-n", "2", "--timeout", "90", sys.executable,
+        n = "3" if mode in ("tcp", "file") else "2"
+        rc = subprocess.call([tiderun, "-n", n, "--timeout", "90", sys.executable,
                               os.path.abspath(__file__), mode])
         print(f"== {mode}: exit {rc} in {time.time() - t0:.1f} s", flush=True)
         bad += rc != 0
@@ -37,6 +40,26 @@ import torch.distributed as dist  # noqa: E402
 import tide_torch  # noqa: E402,F401
 
 mode = sys.argv[1]
+if mode in ("tcp", "file"):
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if mode == "tcp":
+        url = f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}"
+    else:  # every rank names the same fresh file: the job id is tiderun's
+        url = f"file:///tmp/tide-torch-init-{os.environ['TIDE_JOB_ID']}"
+    dist.init_process_group("tide", init_method=url, rank=rank, world_size=n)
+    t = torch.full((1000,), float(rank))
+    dist.all_reduce(t)
+    ok = t[0].item() == n * (n - 1) / 2 and dist.get_backend() == "tide"
+    print(f"rank {rank} ({mode}): all_reduce {'ok' if ok else 'WRONG: ' + str(t[0].item())}",
+          flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    if mode == "file" and rank == 0:
+        try:
+            os.unlink(url[len("file://"):])
+        except FileNotFoundError:
+            pass
+    sys.exit(0 if ok else 1)
 dist.init_process_group("tide", timeout=datetime.timedelta(seconds=6))
 rank = dist.get_rank()
 t = torch.ones(1 << 16)
