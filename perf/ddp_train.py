@@ -36,6 +36,8 @@ ap.add_argument("--ctx", type=int, default=32)
 ap.add_argument("--vocab", type=int, default=64, help="transformer: vocabulary (embedding and head rows)")
 ap.add_argument("--lr", type=float, default=0.05)
 ap.add_argument("--hook", default="", help="tide_torch.compression_hook codec (int8, fp16, ...)")
+ap.add_argument("--hook-every-phase", action="store_true",
+                help="--hook: compress the phases inside a node too (inter_node_only=False)")
 ap.add_argument("--bucket-mb", type=float, default=25.0)
 ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank")
 ap.add_argument("--out", default="")
@@ -114,7 +116,8 @@ else:
 
 ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
 if args.hook:
-    ddp.register_comm_hook(None, tide_torch.compression_hook(args.hook))
+    ddp.register_comm_hook(None, tide_torch.compression_hook(
+        args.hook, inter_node_only=not args.hook_every_phase))
 opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
 losses, times = [], []
 for step in range(args.steps):

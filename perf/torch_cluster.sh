@@ -6,6 +6,7 @@
 #   sudo perf/torch_cluster.sh [-B build] [--rate 1gbit] [--steps 200] [--repeats 3]
 #        [ddp_train.py options...]
 # Root only (namespaces). Each run's line is perf/ddp_train.py's "ddp:" line.
+# EVERY_PHASE=1: the hook compresses the intra-node phases too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build rate=1gbit steps=200 repeats=3
@@ -26,10 +27,10 @@ cluster=tests/multinode/cluster.sh
 $cluster down $name >/dev/null 2>&1 || true
 $cluster up $name 2 "$rate" >/dev/null
 trap '$cluster down $name' EXIT
-# The default model: little compute, 3.2 M parameters (most in the embedding
-# and the head, as in GPT-2), so the link matters.
-model=(--model transformer --width 256 --layers 2 --vocab 4096 --batch 4 --ctx 32 --steps "$steps"
-       --lr 0.02 --warmup 5 "${extra[@]}")
+# The default model: little compute, 3.7 M parameters (most in the embedding
+# and the head, as in GPT-2), 4 MiB buckets, so the link matters.
+model=(--model transformer --width 256 --layers 2 --vocab 4096 --batch 2 --ctx 32 --steps "$steps"
+       --lr 0.02 --warmup 5 --bucket-mb 4 "${extra[@]}")
 export PYTHONPATH=$PWD/$build/python OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0
 run() {  # label args...
   local label=$1
@@ -46,7 +47,7 @@ for ((r = 0; r < repeats; r++)); do
     case $k in
       gloo) run gloo --backend gloo ;;
       tide) run tide --backend tide ;;
-      int8) run int8 --backend tide --hook int8 ;;
+      int8) run int8 --backend tide --hook int8 ${EVERY_PHASE:+--hook-every-phase} ;;
     esac
   done | tee -a "$out"
 done

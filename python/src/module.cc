@@ -22,7 +22,7 @@ class Compressor {
  public:
   Compressor(const c10::intrusive_ptr<ProcessGroupTide>& pg, const std::string& codec,
              int block_size, double topk_ratio, bool error_feedback, bool stochastic_rounding,
-             unsigned long long seed)
+             unsigned long long seed, bool inter_node_only)
       : pg_(pg) {
     tideCompressConfig_t config = TIDE_COMPRESS_CONFIG_INITIALIZER;
     config.codec = CodecByName(codec);
@@ -31,6 +31,7 @@ class Compressor {
     config.errorFeedback = error_feedback ? 1 : 0;
     config.stochasticRounding = stochastic_rounding ? 1 : 0;
     config.seed = seed;
+    config.interNodeOnly = inter_node_only ? 1 : 0;
     Check(tideCompressorCreate(pg->comm(), &config, &compressor_), "tideCompressorCreate");
   }
   ~Compressor() {
@@ -117,10 +118,11 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Compressor, std::shared_ptr<Compressor>>(m, "Compressor")
       .def(py::init<const c10::intrusive_ptr<ProcessGroupTide>&, const std::string&, int, double,
-                    bool, bool, unsigned long long>(),
+                    bool, bool, unsigned long long, bool>(),
            py::arg("group"), py::arg("codec"), py::arg("block_size") = 0,
            py::arg("topk_ratio") = 0.0, py::arg("error_feedback") = true,
-           py::arg("stochastic_rounding") = false, py::arg("seed") = 0)
+           py::arg("stochastic_rounding") = false, py::arg("seed") = 0,
+           py::arg("inter_node_only") = false)
       .def("allreduce", &Compressor::Allreduce, py::arg("tensor"), py::arg("average") = false,
            "Compressed All-Reduce of `tensor` in place (SUM, or AVG with average=True); "
            "returns a Work.",

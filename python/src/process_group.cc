@@ -57,6 +57,19 @@ void CheckSameKind(const at::Tensor& a, const at::Tensor& b, const char* what) {
               b.numel(), " elements)");
 }
 
+// True when `ts` are contiguous and lie back to back in memory in list order
+// (the chunks of one flat buffer, as ZeRO- and FSDP-style code passes them):
+// the collective then reads or writes them in place, with no staging copy.
+bool BackToBack(const std::vector<at::Tensor>& ts) {
+  if (ts.empty()) return false;
+  const char* next = static_cast<const char*>(ts[0].data_ptr());
+  for (const at::Tensor& t : ts) {
+    if (!t.is_contiguous() || static_cast<const char*>(t.data_ptr()) != next) return false;
+    next += t.numel() * t.element_size();
+  }
+  return true;
+}
+
 void CheckOne(const std::vector<at::Tensor>& tensors, const char* what) {
   TORCH_CHECK(tensors.size() == 1, "tide ", what, ": expects one tensor per call, got ",
               tensors.size());
@@ -220,14 +233,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTide::allgather(
   }
   auto work = c10::make_intrusive<WorkTide>(getRank(), c10d::OpType::ALLGATHER, outputs[0]);
   at::Tensor src = Stage(*work, in, true, false);
-  at::Tensor flat = at::empty({getSize(), in.numel()}, in.options());
-  work->Keep(flat);
-  for (int p = 0; p < getSize(); ++p)
-    work->CopyBack(flat[p].view(outputs[0][p].sizes()), outputs[0][p]);
+  void* dst = nullptr;
+  if (BackToBack(outputs[0]) && in.numel() > 0) {
+    for (const at::Tensor& o : outputs[0]) work->Keep(o);
+    dst = outputs[0][0].data_ptr();
+  } else {
+    at::Tensor flat = at::empty({getSize(), in.numel()}, in.options());
+    work->Keep(flat);
+    for (int p = 0; p < getSize(); ++p) {
+      work->CopyBack(flat[p].view(outputs[0][p].sizes()), outputs[0][p]);
+    }
+    dst = flat.data_ptr();
+  }
   const tideDataType_t type = TideType(src);
-  return Launch(work, "allgather", [&] {
-    return tideAllGather(Data(src), Data(flat), Count(src), type, comm_, stream_);
-  });
+  return Launch(work, "allgather",
+                [&] { return tideAllGather(Data(src), dst, Count(src), type, comm_, stream_); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTide::_allgather_base(at::Tensor& output,
@@ -351,16 +371,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTide::reduce_scatter(
   }
   const tideRedOp_t op = TideOp(opts.reduceOp, out.scalar_type());
   auto work = c10::make_intrusive<WorkTide>(getRank(), c10d::OpType::REDUCE_SCATTER, outputs);
-  at::Tensor flat = at::empty({getSize(), out.numel()}, out.options());
-  work->Keep(flat);
-  for (int p = 0; p < getSize(); ++p) {
-    work->Keep(inputs[0][p]);
-    work->CopyIn(inputs[0][p], flat[p].view(inputs[0][p].sizes()));
+  const void* src = nullptr;
+  for (const at::Tensor& i : inputs[0]) work->Keep(i);
+  if (BackToBack(inputs[0]) && out.numel() > 0) {
+    src = inputs[0][0].data_ptr();
+  } else {
+    at::Tensor flat = at::empty({getSize(), out.numel()}, out.options());
+    work->Keep(flat);
+    for (int p = 0; p < getSize(); ++p) {
+      work->CopyIn(inputs[0][p], flat[p].view(inputs[0][p].sizes()));
+    }
+    src = flat.data_ptr();
   }
   at::Tensor dst = Stage(*work, out, false, true);
   const tideDataType_t type = TideType(dst);
   return Launch(work, "reduce_scatter", [&] {
-    return tideReduceScatter(Data(flat), Data(dst), Count(dst), type, op, comm_, stream_);
+    return tideReduceScatter(src, Data(dst), Count(dst), type, op, comm_, stream_);
   });
 }
 

@@ -226,15 +226,18 @@ for dtype in DTYPES:
                 return out
             both(f"scatter {dn} n={numel} root={root}", run, wide(xs[RANK]), dtype)
         # all_gather (list; also with a strided output) and all_gather_into_tensor
-        for strided in [False, True]:
+        for strided in [False, True, "chunks"]:
             def run(g, strided=strided):
                 out = [torch.zeros_like(xs[RANK]) for _ in range(N)]
-                if strided:
+                if strided == "chunks":  # views of one buffer: gathered in place
+                    flat = torch.zeros(N * numel, dtype=dtype)
+                    out = list(flat.chunk(N)) if numel > 0 else out
+                elif strided:
                     out[-1] = noncontig(torch.zeros_like(xs[RANK]))
                 dist.all_gather(out, xs[RANK].clone(), group=g)
                 return torch.cat(out)
             both(f"all_gather {dn} n={numel} strided={strided}", run,
-                 torch.cat([wide(x) for x in xs]), dtype, gloo=not strided)
+                 torch.cat([wide(x) for x in xs]), dtype, gloo=strided is not True)
 
         def run(g):
             out = torch.zeros(N * numel, dtype=dtype)
@@ -253,6 +256,14 @@ for dtype in DTYPES:
                 dist.reduce_scatter(out, [c.clone() for c in chunks[RANK]], op=op, group=g)
                 return out
             both(f"reduce_scatter {dn} {opn(op)} n={numel}", run, want, dtype, N)
+
+            def run(g, op=op):  # inputs that are views of one buffer: read in place
+                out = torch.zeros(numel, dtype=dtype)
+                flat = torch.cat(chunks[RANK])
+                ins = list(flat.chunk(N)) if numel > 0 else [c.clone() for c in chunks[RANK]]
+                dist.reduce_scatter(out, ins, op=op, group=g)
+                return out
+            both(f"reduce_scatter chunks {dn} {opn(op)} n={numel}", run, want, dtype, N)
 
             def run(g, op=op):
                 out = torch.zeros(numel, dtype=dtype)
