@@ -58,6 +58,14 @@ layer_exceptions=(
   "tools/tide_topo/tide_topo.cc src/core/topology.h"
   "tools/tide_topo/tide_topo.cc topology/formats.h"
   "tools/tide_topo/tide_topo.cc topology/provider.h"
+  "tools/tide_topo/report.h topology/model.h"
+  "tools/tide_topo/report.h src/core/topology.h"
+  # --json prints the tree algorithm's double binary tree; --plan prices
+  # every row with the core's predictAll (tideTopoPredictTime's).
+  "tools/tide_topo/report.cc algorithms/patterns/cost.h"
+  "tools/tide_topo/report.cc algorithms/patterns/tree.h"
+  "tools/tide_topo/report.cc src/core/comm/predict.h"
+  "tools/tide_topo/report.cc src/core/config.h"
 )
 
 # Sets `resolved` to the tree path `inc` (included by `f`) resolves to, or ""

@@ -105,7 +105,21 @@ Status build(const std::vector<std::string>& blobs, const std::vector<PeerInfo>&
   return Status::Ok();
 }
 
-const TopologyProvider kProvider = {"topology", nodeIdentity, describeLocal, build};
+Status describeFile(const std::string& path, int localRank, int ranksPerNode, std::string* blob) {
+  NodeTopo node;
+  TIDE_TRY(path.empty() ? localNodeTopo(&node) : loadTopoFile(path, &node));
+  const std::vector<int> cpuDevs = node.indicesOf(DevKind::Cpu);
+  std::string cpus;
+  if (!cpuDevs.empty() && ranksPerNode > 0) {
+    cpus = node.devs[cpuDevs[static_cast<size_t>(localRank) * cpuDevs.size() /
+                             static_cast<size_t>(ranksPerNode)]]
+               .cpuset;
+  }
+  *blob = makeBlob(node, cpus);
+  return Status::Ok();
+}
+
+const TopologyProvider kProvider = {"topology", nodeIdentity, describeLocal, build, describeFile};
 
 // Per node: the ranks' placements (GPU round-robin by local rank, NIC of the
 // GPU or of the rank's socket, socket of the GPU or of the CPU affinity).

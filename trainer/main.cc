@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "io/error.h"
+#include "pipeline/simulate_cli.h"
 #include "train/comm.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const int rc = tide_train::parse_options(argc, argv, &o, &exit_now);
     if (exit_now || rc != 0) return rc;
+    if (o.simulate) return tide_train::pipeline::run_simulation(o);
     openblas_set_num_threads(o.blas_threads);
     tide_train::Trainer trainer(o);
     return trainer.run();

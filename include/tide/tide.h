@@ -223,6 +223,17 @@ typedef enum {
  * an unknown collective or a NULL pointer. */
 tideResult_t tideCommPredictTime(tideComm_t comm, tideCollective_t coll, size_t bytes,
                                  double* microseconds);
+/* The same prediction without a communicator: `nnodes` nodes of
+ * `ranksPerNode` ranks each, every node as the topology file `topoFile`
+ * describes it (Tide, NCCL or hwloc XML, as tide-topo --xml reads; NULL: this
+ * node as detected), with the algorithm the planner would choose (TIDE_ALGO
+ * aside: no communicator forces one). For planners that price layouts larger
+ * than the machine they run on. Local; the model of a (file, nnodes,
+ * ranksPerNode) is built once and cached. tideInvalidArgument for an unknown
+ * collective, NULL microseconds, nnodes or ranksPerNode < 1, more than 65536
+ * ranks, or a file that cannot be read or parsed. */
+tideResult_t tideTopoPredictTime(const char* topoFile, int nnodes, int ranksPerNode,
+                                 tideCollective_t coll, size_t bytes, double* microseconds);
 
 /* ---- Waiting ---------------------------------------------------------------
  * How the CALLING THREAD waits inside blocking Tide calls (a per-thread

@@ -96,6 +96,12 @@ struct TopologyProvider {
   // Honours TIDE_TOPO_DUMP_FILE.
   Status (*build)(const std::vector<std::string>& blobs, const std::vector<PeerInfo>& peers,
                   int rank, CommTopo* out);
+  // Optional (may be null). The blob local rank `localRank` of
+  // `ranksPerNode` would contribute on a node described by the topology file
+  // `path` (Tide, NCCL or hwloc XML; "" for this node), bound to a socket by
+  // block distribution: what tideTopoPredictTime prices without ranks.
+  Status (*describeFile)(const std::string& path, int localRank, int ranksPerNode,
+                         std::string* blob);
 };
 
 void registerTopologyProvider(const TopologyProvider* provider);

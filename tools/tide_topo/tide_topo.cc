@@ -2,7 +2,8 @@
 // an XML file): the device tree, the path matrix, each GPU's NIC, and the
 // rings a communicator of --ranks ranks on each of --nodes such nodes gets.
 //
-//   tide-topo [--xml FILE] [--dump FILE] [--ranks N] [--nodes K] [--canonical]
+//   tide-topo [--xml FILE] [--dump FILE] [--ranks N] [--nodes K] [--canonical] [--json]
+//   tide-topo [--xml FILE] --plan BYTES [--nodes K] [--ranks-per-node N]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/topology.h"
+#include "report.h"
 #include "topology/formats.h"
 #include "topology/provider.h"
 
@@ -18,11 +20,16 @@ namespace {
 void usage() {
   fprintf(stderr,
           "usage: tide-topo [--xml FILE] [--dump FILE] [--ranks N] [--nodes K] [--canonical]\n"
+          "                 [--json] [--plan BYTES]\n"
           "  --xml FILE   load FILE (Tide, NCCL or hwloc XML) instead of detecting this node\n"
           "  --dump FILE  write the model in Tide's schema to FILE\n"
           "  --ranks N    ranks per node for the communicator shown (default: GPUs, else cores)\n"
           "  --nodes K    number of identical nodes (default 1)\n"
-          "  --canonical  print only the canonical Tide XML (what fixture tests compare)\n");
+          "  --canonical  print only the canonical Tide XML (what fixture tests compare)\n"
+          "  --json       print the model and the communicator as JSON (devices, links, paths,\n"
+          "               each GPU's NIC, rings, trees)\n"
+          "  --plan BYTES predicted time of every algorithm of every collective for BYTES\n"
+          "               (K, M, G suffixes) on --nodes x --ranks-per-node (= --ranks)\n");
 }
 
 }  // namespace
@@ -30,7 +37,8 @@ void usage() {
 int main(int argc, char** argv) {
   std::string xml, dump;
   int ranks = 0, nodes = 1;
-  bool canonical = false;
+  bool canonical = false, json = false;
+  long long plan = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -44,9 +52,25 @@ int main(int argc, char** argv) {
       xml = value();
     else if (a == "--dump")
       dump = value();
-    else if (a == "--ranks")
+    else if (a == "--ranks" || a == "--ranks-per-node")
       ranks = atoi(value());
-    else if (a == "--nodes")
+    else if (a == "--json")
+      json = true;
+    else if (a == "--plan") {
+      char* end = nullptr;
+      const char* v = value();
+      double x = strtod(v, &end);
+      const char suffix = end != nullptr ? *end : '\0';
+      const double mult = suffix == 'K' || suffix == 'k'   ? 1024.0
+                          : suffix == 'M' || suffix == 'm' ? 1048576.0
+                          : suffix == 'G' || suffix == 'g' ? 1073741824.0
+                                                           : 1.0;
+      if (end == v || x < 0 || (suffix != '\0' && mult == 1.0)) {
+        fprintf(stderr, "tide-topo: --plan %s: not a size\n", v);
+        return 2;
+      }
+      plan = static_cast<long long>(x * mult);
+    } else if (a == "--nodes")
       nodes = atoi(value());
     else if (a == "--canonical")
       canonical = true;
@@ -56,6 +80,13 @@ int main(int argc, char** argv) {
     }
   }
   using namespace tide::topo;  // NOLINT(google-build-using-namespace): main() of the tool
+  if (plan >= 0) {
+    if (nodes < 1 || ranks < 1 || ranks > 4096 || nodes * ranks > 65536) {
+      fprintf(stderr, "tide-topo: --plan needs --nodes >= 1 and --ranks-per-node >= 1\n");
+      return 2;
+    }
+    return tide_topo::printPlan(xml, nodes, ranks, static_cast<size_t>(plan));
+  }
   NodeTopo node;
   tide::Status s = xml.empty() ? localNodeTopo(&node) : loadTopoFile(xml, &node);
   if (!s.ok()) {
@@ -73,14 +104,16 @@ int main(int argc, char** argv) {
     fputs(writeTideXml(node, true).c_str(), stdout);
     return 0;
   }
-  printf("node %s: %d socket(s), %d PCIe switch(es), %d GPU(s), %d NIC(s), %d NVSwitch\n\n",
-         node.host.c_str(), node.count(DevKind::Cpu), node.count(DevKind::PciSwitch),
-         node.count(DevKind::Gpu), node.count(DevKind::Nic), node.count(DevKind::NvSwitch));
-  printf("devices:\n%s\n", describeTree(node).c_str());
-  printf("paths (class, bottleneck GB/s):\n%s\n", describePaths(node).c_str());
+  if (!json) {
+    printf("node %s: %d socket(s), %d PCIe switch(es), %d GPU(s), %d NIC(s), %d NVSwitch\n\n",
+           node.host.c_str(), node.count(DevKind::Cpu), node.count(DevKind::PciSwitch),
+           node.count(DevKind::Gpu), node.count(DevKind::Nic), node.count(DevKind::NvSwitch));
+    printf("devices:\n%s\n", describeTree(node).c_str());
+    printf("paths (class, bottleneck GB/s):\n%s\n", describePaths(node).c_str());
+  }
   std::vector<int> gpus = node.indicesOf(DevKind::Gpu);
   std::vector<int> nic = gpuNics(node);
-  for (size_t g = 0; g < gpus.size(); ++g) {
+  for (size_t g = 0; g < gpus.size() && !json; ++g) {
     printf("gpu [%d] %s -> nic %s\n", gpus[g], node.devs[gpus[g]].bus.c_str(),
            nic[g] >= 0 ? node.devs[nic[g]].name.c_str() : "none");
   }
@@ -120,6 +153,14 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     fprintf(stderr, "tide-topo: %s\n", s.message().c_str());
     return 1;
+  }
+  if (json) {
+    std::string error;
+    if (!tide_topo::printJson(node, topo, nodes, ranks, &error)) {
+      fprintf(stderr, "tide-topo: %s\n", error.c_str());
+      return 1;
+    }
+    return 0;
   }
   printf("\ncommunicator of %d node(s) x %d rank(s):\n%s", nodes, ranks, topo.text.c_str());
   return 0;

@@ -36,7 +36,21 @@ std::vector<Entry> entries(Options* o) {
       // Layout
       {"--dp", "N", "data-parallel ranks (D); 0: world / (T·P)", &o->dp},
       {"--tp", "N", "tensor-parallel ranks (Megatron-style splits)", &o->tp},
-      {"--pp", "N", "pipeline stages (1 until the pipeline issue lands)", &o->pp},
+      {"--pp", "N", "pipeline ranks (P); training with P > 1 is not implemented yet: --simulate",
+       &o->pp},
+      {"--schedule", "gpipe|1f1b|interleaved|zb", "pipeline schedule", &o->schedule},
+      {"--virtual-stages", "V", "model chunks per pipeline rank (interleaved: V > 1)",
+       &o->virtual_stages},
+      {"--simulate", "",
+       "replay the schedule of --pp, --micro-batches, --schedule, --virtual-stages in one "
+       "process: check it is deadlock-free, print `bubble: <fraction>` last, and exit",
+       &o->simulate},
+      {"--timeline", "FILE.png", "--simulate: draw the per-rank timeline (python3-matplotlib)",
+       &o->timeline},
+      {"--profile", "FILE",
+       "--simulate: per-action costs, JSON {\"forward\", \"backward\", \"backward_input\", "
+       "\"backward_weight\", \"stage_scale\": [..]}; default 1, 2, 1, 1, balanced",
+       &o->profile},
       // Training
       {"--batch", "B", "sequences per step (global, over every layout)", &o->batch},
       {"--micro-batches", "M", "micro-batches per rank and step (gradients accumulate)",

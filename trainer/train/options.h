@@ -16,6 +16,11 @@ struct Options {
   int layers = 4, heads = 4, embd = 128, ctx = 64, vocab = 256;
   // Layout
   int dp = 0, tp = 1, pp = 1;
+  // Pipeline schedule (pipeline/schedule.h) and its simulator
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  bool simulate = false;
+  std::string timeline, profile;
   // Training
   int batch = 12, micro_batches = 1;
   int64_t steps = 2000, seed = 1;

@@ -76,8 +76,8 @@ Trainer::Trainer(const Options& options) : o_(options) {
   model_.vocab_size = o_.vocab;
   if (o_.pp != 1)
     throw Error("--pp " + std::to_string(o_.pp) +
-                ": pipeline parallelism is not "
-                "available yet (--pp 1)");
+                ": pipeline-parallel training is not available yet (--pp 1); "
+                "--simulate replays its schedules");
   groups_ = std::make_unique<Groups>(o_.dp, o_.tp, o_.pp);
   tp_coll_ = std::make_unique<TimedCollectives>(groups_->tp);
   // What may fail on one rank only (files) is agreed on by all (check_all).
