@@ -85,8 +85,10 @@ Status predict(const tideComm* comm, int coll, size_t bytes, double* us) {
   return Status::Ok();
 }
 
-Status checkColl(tideCollective_t coll, int* c) {
-  std::memcpy(c, &coll, sizeof(*c));
+// Reads the caller's value as an int (a bad value is not a valid enum value:
+// loading it as tideCollective_t would be undefined).
+Status checkColl(const tideCollective_t* coll, int* c) {
+  std::memcpy(c, coll, sizeof(*c));
   if (*c < tideCollAllReduce || *c > tideCollSendRecv)
     return tide::invalidArgument("unknown collective %d (tideCollAllReduce..tideCollSendRecv)", *c);
   return Status::Ok();
@@ -162,7 +164,7 @@ TIDE_API tideResult_t tideTopoPredictTime(const char* topoFile, int nnodes, int 
                                           double* microseconds) {
   return tide::guarded("tideTopoPredictTime", nullptr, [&]() -> Status {
     int c;
-    TIDE_TRY(checkColl(coll, &c));
+    TIDE_TRY(checkColl(&coll, &c));
     if (microseconds == nullptr) return tide::invalidArgument("microseconds is NULL");
     if (nnodes < 1 || ranksPerNode < 1 || static_cast<int64_t>(nnodes) * ranksPerNode > 65536) {
       return tide::invalidArgument(
@@ -186,7 +188,7 @@ TIDE_API tideResult_t tideCommPredictTime(tideComm_t comm, tideCollective_t coll
                                           double* microseconds) {
   return tide::commCall("tideCommPredictTime", comm, [&]() -> Status {
     int c;
-    TIDE_TRY(checkColl(coll, &c));
+    TIDE_TRY(checkColl(&coll, &c));
     if (microseconds == nullptr) return tide::invalidArgument("microseconds is NULL");
     return predict(comm, c, bytes, microseconds);
   });
