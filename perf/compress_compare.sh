@@ -19,7 +19,7 @@
 #
 #   perf/compress_compare.sh [-B BUILD] [-R 3] [-n 2] [-p 2] [-r 1gbit|none]
 #       [-s 64M] [-C "fp16 bf16 int8 int4 topk:0.01 auto"] [--block 256]
-#       [--iters "-n 3 -w 1"] [--no-mpi] [--sweep] [--sweep-only] [-RS 5]
+#       [--iters "-n 5 -w 3"] [--no-mpi] [--sweep] [--sweep-only] [-RS 5]
 #       [-b 4K] [-e 64M] [-o DIR] [-- extra all_reduce_perf args]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,9 +27,9 @@ repo=$(dirname "$here")
 build=${BUILD:-$repo/build}
 reps=3 sweep_reps=5 nodes=2 ppn=2 rate=1gbit size=64M block=256
 codecs="fp16 bf16 int8 int4 topk:0.01 auto"
-iters="-n 3 -w 1"
+iters="-n 5 -w 3"
 sweep=0 main=1 mpi=1 minb=4K maxb=64M
-small_iters="-n 30 -w 5" medium_iters="-n 8 -w 2" large_iters="-n 3 -w 1"
+small_iters="-n 200 -w 20" medium_iters="-n 10 -w 3" large_iters="-n 5 -w 3"
 out=$repo/perf/results/compress-$(date +%Y%m%d-%H%M%S)
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do

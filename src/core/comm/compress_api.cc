@@ -26,6 +26,13 @@ struct tideCompressor {
   bool fixed = false;
   tide::CollType kind = tide::CollType::AllReduce;
   size_t count = 0;
+  // Auto's choice for (kind, count, autoDtype) on this compressor's
+  // communicator, whose topology does not change: made once, not per call
+  // (the cost model's predictions cost microseconds a latency-bound call
+  // would pay every time).
+  bool autoChosen = false;
+  tideDataType_t autoDtype = tideFloat32;
+  int autoId = 0;
 };
 
 namespace {
@@ -119,7 +126,9 @@ Status issueCompressed(tideComm* comm, tideStream* stream, tide::CollType type, 
         tide::collName(cmp->kind), cmp->count, tide::collName(type), count);
   }
   int id = cmp->codec;
-  if (id == tideCodecAuto) {
+  if (id == tideCodecAuto && cmp->autoChosen && cmp->autoDtype == dtype && cmp->fixed) {
+    id = cmp->autoId;
+  } else if (id == tideCodecAuto) {
     tide::CollArgs probe;
     probe.type = type;
     probe.count = count;
@@ -128,6 +137,9 @@ Status issueCompressed(tideComm* comm, tideStream* stream, tide::CollType type, 
     probe.codec.params = &cmp->params;
     probe.codec.state = cmp->state;
     id = tide::chooseCodec(probe, comm);
+    cmp->autoChosen = true;
+    cmp->autoDtype = dtype;
+    cmp->autoId = id;
   }
   Status s;
   if (id == tideCodecNone) {
