@@ -2,12 +2,14 @@
 // V <= 4 is free of deadlock with sends that wait for their receives and
 // matches every pair's messages in order; the balanced-stage bubbles equal
 // the textbook formulas; the seed's cases; zb at most half of 1f1b's bubble
-// at no more activation memory; wrong options and broken schedules are named.
+// at no more activation memory; wrong options and broken schedules are named;
+// the stage partition (balanced, or --stage-layers) and its errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <stdexcept>
 
+#include "pipeline/partition.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 
@@ -137,6 +139,47 @@ TEST(PipelineSimulator, FindsMisorderedMessagesAndDeadlocks) {
   EXPECT_FALSE(dl.ok);
   EXPECT_NE(dl.problem.find("deadlock"), std::string::npos) << dl.problem;
   EXPECT_NE(dl.problem.find("rank 1"), std::string::npos) << dl.problem;
+}
+
+TEST(PipelinePartition, BalancedSplitsGiveTheRemainderToTheMiddleStagesFirst) {
+  EXPECT_EQ(stage_layers(8, 2), (std::vector<int>{4, 4}));
+  EXPECT_EQ(stage_layers(8, 1), (std::vector<int>{8}));
+  EXPECT_EQ(stage_layers(8, 3), (std::vector<int>{3, 3, 2}));  // middle, then the first
+  EXPECT_EQ(stage_layers(10, 4), (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(stage_layers(11, 4), (std::vector<int>{3, 3, 3, 2}));
+  EXPECT_EQ(stage_layers(5, 5), (std::vector<int>{1, 1, 1, 1, 1}));
+  for (int layers = 1; layers <= 24; ++layers) {
+    for (int stages = 1; stages <= layers; ++stages) {
+      const std::vector<int> c = stage_layers(layers, stages);
+      ASSERT_EQ(static_cast<int>(c.size()), stages);
+      const auto [lo, hi] = std::minmax_element(c.begin(), c.end());
+      EXPECT_GE(*lo, 1);
+      EXPECT_LE(*hi - *lo, 1) << layers << " over " << stages;
+      EXPECT_EQ(stage_bounds(c).back(), layers);
+      EXPECT_EQ(stage_bounds(c).front(), 0);
+    }
+  }
+}
+
+TEST(PipelinePartition, GivenSplitsAreCheckedAndNamed) {
+  EXPECT_EQ(stage_layers(8, 2, "5,3"), (std::vector<int>{5, 3}));
+  EXPECT_EQ(stage_bounds({5, 3}), (std::vector<int>{0, 5, 8}));
+  auto message = [](int layers, int stages, const std::string& spec) {
+    try {
+      stage_layers(layers, stages, spec);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message(8, 2, "4,3").find("7 layers"), std::string::npos) << message(8, 2, "4,3");
+  EXPECT_NE(message(8, 2, "8").find("1 stages"), std::string::npos);
+  EXPECT_NE(message(8, 2, "4,x").find("'x'"), std::string::npos);
+  EXPECT_NE(message(8, 2, "4,4,").find("''"), std::string::npos);
+  EXPECT_NE(message(8, 2, "0,8").find("'0'"), std::string::npos);
+  EXPECT_EQ(stage_layers(8, 2, "4, 4"), (std::vector<int>{4, 4}));  // spaces are fine
+  EXPECT_NE(message(3, 4, "").find("every stage needs a layer"), std::string::npos);
+  EXPECT_NE(message(3, 0, "").find("at least one stage"), std::string::npos);
 }
 
 }  // namespace

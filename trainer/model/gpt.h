@@ -29,48 +29,104 @@ class TpCollectives {
   virtual void allreduce_sum(double* buf, size_t n) = 0;
 };
 
+// The part of the model one GPT object computes: blocks [first, end) (end
+// -1: through the last), the embeddings when `embed`, the final LayerNorm,
+// the tied head and the loss when `head`. A pipeline stage is one of these;
+// the whole model is the default.
+struct StageSpec {
+  int first = 0, end = -1;
+  bool embed = true, head = true;
+};
+
+// Which part of a backward to run: everything, or zero-bubble's split into
+// the input-gradient pass (what the previous stage waits for; the linear
+// layers' weight gradients are left for later) and the weight-gradient pass
+// (those GEMMs, from the output gradients the input pass kept).
+enum class Pass { kFull, kInput, kWeight };
+
 class GPT {
  public:
   // micro_batch: sequences per forward. reference: use the ops' plain ref::
   // versions (tests). tp may be null when the tensor-parallel size is 1.
-  GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference = false);
+  GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference = false,
+      StageSpec stage = StageSpec());
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
   // inputs, targets: micro_batch × T token ids. Returns the sum of the
   // per-token cross-entropies (nats) over the micro-batch (targets null:
   // logits only, returns 0). Causal: position t's logits depend on inputs
-  // 0..t only, so a shorter prompt may be padded (sampling).
-  double forward(const int* inputs, const int* targets);
+  // 0..t only, so a shorter prompt may be padded (sampling). Slot 0.
+  double forward(const int* inputs, const int* targets) { return forward(0, inputs, targets); }
   // Backward of the last forward (with targets): adds ∂(scale·Σ loss)/∂θ into
   // the parameters' grad. ready(i) is called once parameter i's gradient of
   // this micro-batch is final (in the order the backward finishes them; wte
-  // last, as the tied head and the embedding both add to it).
-  void backward(float scale, const std::function<void(int)>& ready);
+  // last, as the tied head and the embedding both add to it). Slot 0.
+  void backward(float scale, const std::function<void(int)>& ready) {
+    backward(0, nullptr, scale, Pass::kFull, ready);
+  }
 
-  // This rank's logits slice of the last forward: [micro_batch·T, Vl] (the
-  // columns v0 .. v0+Vl of the padded vocabulary).
-  const float* logits() const { return logits_.data(); }
+  // Activation slots: every micro-batch in flight on a pipeline stage keeps
+  // its activations in its own slot. Slot 0 always exists; acquire() hands
+  // out another free one (made on first use), release() returns it.
+  int acquire();
+  void release(int slot);
+  int slots_in_use() const;
+  // The stage's input activation [micro_batch·T, C] of `slot` (a stage
+  // without the embeddings: the caller fills it before forward) and its
+  // output (a stage without the head: what the next stage receives).
+  float* input(int slot);
+  const float* output(int slot) const;
+  size_t activation_floats() const { return static_cast<size_t>(B_) * T_ * C_; }
+  size_t tokens() const { return static_cast<size_t>(B_) * T_; }
+
+  // Forward of this stage on `slot`: inputs (token ids) for the stage with
+  // the embeddings, targets for the one with the head (loss returned; 0
+  // otherwise).
+  double forward(int slot, const int* inputs, const int* targets);
+  // Backward of `slot`'s forward: dout is ∂loss/∂(stage output) (null for
+  // the stage with the head). After Pass::kFull or kInput, input_grad() holds
+  // ∂loss/∂(stage input) until the next backward (a stage without the
+  // embeddings sends it back). kWeight needs an earlier kInput of that slot.
+  void backward(int slot, const float* dout, float scale, Pass pass,
+                const std::function<void(int)>& ready);
+  const float* input_grad() const { return dres_.data(); }
+
+  // This rank's logits slice of the last forward on `slot`: [micro_batch·T,
+  // Vl] (the columns v0 .. v0+Vl of the padded vocabulary). Head stage only.
+  const float* logits(int slot = 0) const { return acts_[static_cast<size_t>(slot)].logits.data(); }
   // Per-token losses of the last forward with targets ([micro_batch·T]).
-  const std::vector<float>& token_losses() const { return losses_; }
+  const std::vector<float>& token_losses(int slot = 0) const {
+    return acts_[static_cast<size_t>(slot)].losses;
+  }
   int micro_batch() const { return B_; }
+  const StageSpec& stage() const { return stage_; }
 
  private:
   struct Layer {
     std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, attn_out, res_mid;
     std::vector<float> ln2, ln2_mean, ln2_rstd, fc, gelu;
+    // Pass::kInput: the linear layers' output gradients, for kWeight.
+    std::vector<float> d_mlp_proj, d_fc, d_attn_proj, d_qkv;
   };
+  struct Acts {
+    bool used = false;
+    std::vector<int> inputs, targets;
+    // res[l]: the residual stream entering the stage's block l; res[L]: after the last.
+    std::vector<std::vector<float>> res;
+    std::vector<Layer> layers;
+    std::vector<float> lnf, lnf_mean, lnf_rstd, logits, rowmax, sums, losses, dlogits;
+  };
+  void make_slot(Acts* a) const;
   void tp_sum(float* buf, size_t n);
+  void weight_pass(Acts& a, const std::function<void(int)>& ready);
 
   ParamSet* p_;
   TpCollectives* tp_;
   bool ref_;
-  int B_, T_, C_, NH_, HS_, Vl_, v0_, nvalid_;
-  std::vector<int> inputs_, targets_;
-  // res_[l]: the residual stream entering block l; res_[L]: after the last.
-  std::vector<std::vector<float>> res_;
-  std::vector<Layer> layers_;
-  std::vector<float> lnf_, lnf_mean_, lnf_rstd_, logits_, rowmax_, sums_, losses_;
+  StageSpec stage_;
+  int B_, T_, C_, NH_, HS_, Vl_, v0_, nvalid_, L_;
+  std::vector<Acts> acts_;
   // Gradient scratch, reused by every block.
   std::vector<float> dres_, dln_, dqkv_, dattn_, dfc_, dgelu_, dlogits_, attn_scratch_;
 };

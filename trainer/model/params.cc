@@ -62,7 +62,17 @@ void fill_normal(float* out, int64_t n, uint64_t seed, const std::string& name, 
 
 }  // namespace
 
-ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp) : m_(m), tp_(tp) {
+bool Ownership::owns(const Param& p) const {
+  if (p.layer >= 0)
+    return layers.empty() || (static_cast<size_t>(p.layer) < layers.size() &&
+                              layers[static_cast<size_t>(p.layer)] != 0);
+  if (p.name == "transformer.wte.weight") return embed || head;
+  if (p.name == "transformer.wpe.weight") return embed;
+  return head;  // ln_f
+}
+
+ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own)
+    : m_(m), tp_(tp) {
   validate(m, tp.size);
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size;
   wte = add("transformer.wte.weight", {V, C}, Split::kRows, 1, true);
@@ -82,10 +92,18 @@ ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp) : m_(m), tp_(
     b.fc_b = add(p + "mlp.c_fc.bias", {4 * C}, Split::kRows, 1, false);
     b.mlp_proj_w = add(p + "mlp.c_proj.weight", {C, 4 * C}, Split::kCols, 1, true);
     b.mlp_proj_b = add(p + "mlp.c_proj.bias", {C}, Split::kReplicated, 1, false);
+    for (int i = b.ln1_w; i <= b.mlp_proj_b; ++i) params[static_cast<size_t>(i)].layer = l;
     blocks.push_back(b);
   }
   lnf_w = add("transformer.ln_f.weight", {C}, Split::kReplicated, 1, false);
   lnf_b = add("transformer.ln_f.bias", {C}, Split::kReplicated, 1, false);
+  for (Param& p : params) {
+    p.owned = own.owns(p);
+    if (!p.owned) {
+      p.data = {};
+      p.grad = {};
+    }
+  }
 }
 
 int ParamSet::add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks,
@@ -140,6 +158,7 @@ int64_t ParamSet::full_offset(int index, int rank, int64_t row, int64_t col) con
 
 void ParamSet::shard_into(int index, const float* full, float* out) const {
   const Param& p = params[static_cast<size_t>(index)];
+  if (!p.owned) return;
   for (int64_t r = 0; r < p.rows; ++r)
     for (int64_t c = 0; c < p.cols; ++c) {
       const int64_t off = full_offset(index, tp_.rank, r, c);
@@ -153,6 +172,7 @@ void ParamSet::shard_from_full(int index, const float* full) {
 
 void ParamSet::full_from_shard(int index, const std::vector<float>& all, float* full) const {
   const Param& p = params[static_cast<size_t>(index)];
+  if (!p.owned) return;
   const int ranks = p.sharded() ? tp_.size : 1;
   for (int k = 0; k < ranks; ++k)
     for (int64_t r = 0; r < p.rows; ++r)
@@ -166,6 +186,7 @@ void ParamSet::init(uint64_t seed) {
   const double resid_std = 0.02 / std::sqrt(2.0 * m_.n_layer);
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = params[i];
+    if (!p.owned) continue;
     std::vector<float> full(static_cast<size_t>(product(p.full_shape)), 0.0f);
     const bool is_bias = p.name.ends_with(".bias");
     const bool is_ln = p.name.find(".ln_") != std::string::npos;

@@ -27,11 +27,13 @@ struct Param {
   std::string name;                 // nanoGPT's state_dict name
   std::vector<int64_t> full_shape;  // the whole tensor (wte: [V, C], unpadded)
   Split split = Split::kReplicated;
-  int blocks = 1;              // kRows: row blocks each split across ranks
-  int64_t padded_rows = 0;     // kRows: rows after padding (wte: P·⌈V/P⌉), else full rows
-  bool decay = false;          // weight decay applies (2-D weights)
-  int64_t rows = 0, cols = 0;  // local shape (1-D tensors: rows = n, cols = 1)
-  std::vector<float> data, grad;
+  int blocks = 1;                 // kRows: row blocks each split across ranks
+  int64_t padded_rows = 0;        // kRows: rows after padding (wte: P·⌈V/P⌉), else full rows
+  bool decay = false;             // weight decay applies (2-D weights)
+  int layer = -1;                 // the block it belongs to (-1: embeddings and final LayerNorm)
+  bool owned = true;              // held by this rank (pipeline parallelism: its stages' tensors)
+  int64_t rows = 0, cols = 0;     // local shape (1-D tensors: rows = n, cols = 1)
+  std::vector<float> data, grad;  // empty when not owned
 
   size_t size() const { return data.size(); }
   bool sharded() const { return split != Split::kReplicated; }
@@ -43,9 +45,20 @@ struct BlockParams {
   int ln2_w, ln2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
 };
 
+// Which tensors a pipeline rank holds: its stages' blocks, the embeddings
+// with the first stage, the final LayerNorm and the (tied) head with the
+// last. Default: everything (no pipeline parallelism).
+struct Ownership {
+  std::vector<char> layers;  // per block (empty: every block)
+  bool embed = true, head = true;
+  bool owns(const Param& p) const;
+};
+
 class ParamSet {
  public:
-  ParamSet(const ModelConfig& m, const TensorParallel& tp);
+  // Every tensor of the model is listed (the same indices on every rank);
+  // those `own` excludes hold no data (size() 0).
+  ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own = Ownership());
 
   std::vector<Param> params;
   int wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;

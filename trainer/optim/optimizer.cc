@@ -126,10 +126,12 @@ void Optimizer::lamb(double lr, float gs) {
   }
 }
 
-double grad_norm_squared(const ParamSet& params, TpCollectives* tp) {
+double grad_norm_squared(const ParamSet& params, TpCollectives* tp, int skip) {
   const bool many = tp != nullptr && params.tp().size > 1;
   double sharded = 0.0, replicated = 0.0;
-  for (const Param& p : params.params) {
+  for (size_t i = 0; i < params.params.size(); ++i) {
+    const Param& p = params.params[i];
+    if (static_cast<int>(i) == skip) continue;
     double s = 0.0;
     const float* g = p.grad.data();
     for (size_t at = 0; at < p.size(); at += 1024) {

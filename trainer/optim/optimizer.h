@@ -59,8 +59,9 @@ class Optimizer {
 
 // The squared L2 norm of every parameter's gradient, each whole tensor once
 // (sharded tensors summed over the tensor-parallel group; replicated ones
-// counted once), in double.
-double grad_norm_squared(const ParamSet& params, TpCollectives* tp);
+// counted once), in double. Parameter `skip` (an index; -1: none) is left
+// out (a pipeline stage holding a copy another stage counts).
+double grad_norm_squared(const ParamSet& params, TpCollectives* tp, int skip = -1);
 // The factor PyTorch's clip_grad_norm_ multiplies the gradients by:
 // min(1, clip/(norm + 1e-6)) when clip > 0, else 1.
 float clip_scale(double norm, double clip);

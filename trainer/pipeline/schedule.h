@@ -1,5 +1,5 @@
 // Pipeline schedules as one global list of actions (docs/trainer.md,
-// "Pipeline schedules"). The layers form S = P x V stages; stage s lives on
+// "Pipeline parallelism"). The layers form S = P x V stages; stage s lives on
 // pipeline rank s % P (its chunk s / P: V > 1 is the interleaved schedule's
 // "virtual stages"). Every schedule is generated here, once, as each pipeline
 // rank's ordered list of compute actions and the point-to-point messages

@@ -25,30 +25,36 @@ bool launched() {
 
 }  // namespace
 
-Groups::Groups(int dpn, int tpn, int pp) {
+Groups::Groups(int dpn, int tpn, int ppn) {
   if (launched()) {
     check_tide(tideCommInitFromEnv(&world), nullptr, "joining the job (tideCommInitFromEnv)");
     check_tide(tideCommCount(world, &world_size), world, "tideCommCount");
     check_tide(tideCommUserRank(world, &world_rank), world, "tideCommUserRank");
   }
-  if (tpn < 1 || pp < 1 || dpn < 0) throw Error("--dp, --tp and --pp must be positive");
-  if (dpn == 0) dpn = world_size % (tpn * pp) == 0 ? world_size / (tpn * pp) : 0;
-  if (dpn * tpn * pp != world_size)
+  if (tpn < 1 || ppn < 1 || dpn < 0) throw Error("--dp, --tp and --pp must be positive");
+  if (dpn == 0) dpn = world_size % (tpn * ppn) == 0 ? world_size / (tpn * ppn) : 0;
+  if (dpn * tpn * ppn != world_size)
     throw Error("world size " + std::to_string(world_size) + " is not --dp " + std::to_string(dpn) +
-                " x --tp " + std::to_string(tpn) + " x --pp " + std::to_string(pp));
+                " x --tp " + std::to_string(tpn) + " x --pp " + std::to_string(ppn));
   dp_size = dpn;
   tp_size = tpn;
+  pp_size = ppn;
   tp_rank = world_rank % tpn;
-  dp_rank = world_rank / tpn;
+  dp_rank = (world_rank / tpn) % dpn;
+  pp_rank = world_rank / (tpn * dpn);
   if (world != nullptr && tp_size > 1)
-    check_tide(tideCommSplit(world, dp_rank, tp_rank, &tp, nullptr), world,
+    check_tide(tideCommSplit(world, pp_rank * dp_size + dp_rank, tp_rank, &tp, nullptr), world,
                "making the tensor-parallel group");
   if (world != nullptr && dp_size > 1)
-    check_tide(tideCommSplit(world, tp_rank, dp_rank, &dp, nullptr), world,
+    check_tide(tideCommSplit(world, pp_rank * tp_size + tp_rank, dp_rank, &dp, nullptr), world,
                "making the data-parallel group");
+  if (world != nullptr && pp_size > 1)
+    check_tide(tideCommSplit(world, dp_rank * tp_size + tp_rank, pp_rank, &pp, nullptr), world,
+               "making the pipeline group");
 }
 
 Groups::~Groups() {
+  if (pp != nullptr) tideCommDestroy(pp);
   if (dp != nullptr) tideCommDestroy(dp);
   if (tp != nullptr) tideCommDestroy(tp);
   if (world != nullptr) tideCommDestroy(world);

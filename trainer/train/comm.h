@@ -3,8 +3,10 @@
 // Slurm; one process without any: no communicator at all), split with
 // tideCommSplit into the data-parallel and tensor-parallel groups.
 //
-// Rank order: world rank = dp_rank · T + tp_rank (tensor-parallel ranks are
-// neighbours, so on a node they share memory, as Megatron places them).
+// Rank order: world rank = (pp_rank · D + dp_rank) · T + tp_rank (tensor-
+// parallel ranks are neighbours, so on a node they share memory, as Megatron
+// places them; pipeline stages are the furthest apart, the cheapest traffic
+// for the slowest links).
 #pragma once
 
 #include <string>
@@ -35,8 +37,9 @@ class Groups {
   Groups& operator=(const Groups&) = delete;
 
   int world_size = 1, world_rank = 0;
-  int dp_size = 1, dp_rank = 0, tp_size = 1, tp_rank = 0;
-  tideComm_t world = nullptr, dp = nullptr, tp = nullptr;  // null with one rank
+  int dp_size = 1, dp_rank = 0, tp_size = 1, tp_rank = 0, pp_size = 1, pp_rank = 0;
+  // null with one rank
+  tideComm_t world = nullptr, dp = nullptr, tp = nullptr, pp = nullptr;
 };
 
 // TpCollectives over a communicator (blocking Tide calls on the caller's

@@ -18,8 +18,9 @@ double Trainer::evaluate() {
       data_->val_batch(static_cast<uint64_t>(o_.seed), static_cast<uint64_t>(k),
                        groups_->dp_rank * share + j * micro_, micro_, inputs_.data(),
                        targets_.data());
-      sum += gpt_->forward(inputs_.data(), targets_.data());
+      sum += forward_all(inputs_.data(), targets_.data());
     }
+  allreduce(groups_->pp, &sum, 1, tideSum);
   allreduce(groups_->dp, &sum, 1, tideSum);
   return sum / (static_cast<double>(o_.eval_batches) * o_.batch * T);
 }
@@ -55,10 +56,13 @@ double Trainer::score_file(const std::string& path) {
       }
       if (k >= 0) ++real;
     }
-    gpt_->forward(inputs_.data(), targets_.data());
-    const std::vector<float>& losses = gpt_->token_losses();
-    for (size_t n = 0; n < static_cast<size_t>(real) * T; ++n) sum += losses[n];
+    forward_all(inputs_.data(), targets_.data());
+    if (const GPT* head = head_chunk(); head != nullptr) {
+      const std::vector<float>& losses = head->token_losses();
+      for (size_t n = 0; n < static_cast<size_t>(real) * T; ++n) sum += losses[n];
+    }
   }
+  allreduce(groups_->pp, &sum, 1, tideSum);
   allreduce(groups_->dp, &sum, 1, tideSum);
   return sum / (static_cast<double>(K) * T);
 }
@@ -78,8 +82,16 @@ std::string Trainer::sample(int64_t n) {
     const size_t ctx = std::min<size_t>(seq.size(), static_cast<size_t>(T));
     std::fill(inputs_.begin(), inputs_.end(), 0);
     std::copy(seq.end() - static_cast<std::ptrdiff_t>(ctx), seq.end(), inputs_.begin());
-    gpt_->forward(inputs_.data(), nullptr);
-    const float* row = gpt_->logits() + (ctx - 1) * static_cast<size_t>(Vl);
+    forward_all(inputs_.data(), nullptr);
+    const GPT* head = head_chunk();
+    if (head == nullptr) {  // another pipeline rank holds the head: it picks
+      int pick = 0;
+      broadcast(groups_->pp, &pick, sizeof pick, pipe_->head_rank());
+      seq.push_back(pick);
+      out.push_back(static_cast<char>(pick));
+      continue;
+    }
+    const float* row = head->logits() + (ctx - 1) * static_cast<size_t>(Vl);
     std::copy(row, row + Vl, slice.begin());
     if (groups_->tp != nullptr)
       check_tide(
@@ -111,6 +123,7 @@ std::string Trainer::sample(int64_t n) {
         break;
       }
     }
+    if (pipe_) broadcast(groups_->pp, &pick, sizeof pick, pipe_->head_rank());
     seq.push_back(pick);
     out.push_back(static_cast<char>(pick));
   }

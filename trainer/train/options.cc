@@ -36,8 +36,9 @@ std::vector<Entry> entries(Options* o) {
       // Layout
       {"--dp", "N", "data-parallel ranks (D); 0: world / (T·P)", &o->dp},
       {"--tp", "N", "tensor-parallel ranks (Megatron-style splits)", &o->tp},
-      {"--pp", "N", "pipeline ranks (P); training with P > 1 is not implemented yet: --simulate",
-       &o->pp},
+      {"--pp", "N", "pipeline ranks (P): the layers split into P x V stages", &o->pp},
+      {"--stage-layers", "a,b,...",
+       "layers of each of the P x V stages, in stage order (default: balanced)", &o->stage_layers},
       {"--schedule", "gpipe|1f1b|interleaved|zb", "pipeline schedule", &o->schedule},
       {"--virtual-stages", "V", "model chunks per pipeline rank (interleaved: V > 1)",
        &o->virtual_stages},

@@ -18,6 +18,7 @@ struct Options {
   int dp = 0, tp = 1, pp = 1;
   // Pipeline schedule (pipeline/schedule.h) and its simulator
   std::string schedule = "1f1b";
+  std::string stage_layers;  // empty: balanced
   int virtual_stages = 1;
   bool simulate = false;
   std::string timeline, profile;

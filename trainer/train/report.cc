@@ -66,6 +66,9 @@ void Trainer::report(const StepRecord& r, double val_loss, bool has_val) {
       "%.9g, \"tokens_per_s\": %.9g, \"flops_per_s\": %.9g, \"mfu\": %.9g, \"comm_share\": %.9g",
       static_cast<long long>(r.step), r.loss, r.grad_norm, r.lr, r.step_ms, r.tokens_per_s, r.flops,
       r.mfu, r.comm_share);
+  if (r.bubble >= 0.0)
+    len += std::snprintf(json + len, sizeof json - static_cast<size_t>(len),
+                         ", \"bubble\": %.9g, \"peak_micro_batches\": %d", r.bubble, r.peak_slots);
   if (has_val)
     len += std::snprintf(json + len, sizeof json - static_cast<size_t>(len),
                          ", \"val_loss\": %.12g", val_loss);
@@ -83,9 +86,10 @@ void Trainer::report(const StepRecord& r, double val_loss, bool has_val) {
   }
   std::printf(
       "step %lld/%lld | loss %.6f | grad_norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | "
-      "%.2f GFLOP/s | mfu %.1f%% | comm %.1f%%%s%s\n",
+      "%.2f GFLOP/s | mfu %.1f%% | comm %.1f%%%s%s%s\n",
       static_cast<long long>(r.step), static_cast<long long>(o_.steps), r.loss, r.grad_norm, r.lr,
       r.step_ms, r.tokens_per_s, r.flops / 1e9, 100.0 * r.mfu, 100.0 * r.comm_share,
+      r.bubble >= 0.0 ? (" | bubble " + std::to_string(r.bubble)).c_str() : "",
       has_val ? (" | val_loss " + std::to_string(val_loss)).c_str() : "", eta.c_str());
   std::fflush(stdout);
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "io/error.h"
+#include "pipeline/partition.h"
 
 namespace tide_train {
 
@@ -74,10 +75,6 @@ Trainer::Trainer(const Options& options) : o_(options) {
   model_.n_embd = o_.embd;
   model_.block_size = o_.ctx;
   model_.vocab_size = o_.vocab;
-  if (o_.pp != 1)
-    throw Error("--pp " + std::to_string(o_.pp) +
-                ": pipeline-parallel training is not available yet (--pp 1); "
-                "--simulate replays its schedules");
   groups_ = std::make_unique<Groups>(o_.dp, o_.tp, o_.pp);
   tp_coll_ = std::make_unique<TimedCollectives>(groups_->tp);
   // What may fail on one rank only (files) is agreed on by all (check_all).
@@ -92,11 +89,8 @@ Trainer::Trainer(const Options& options) : o_(options) {
     micro_ = o_.batch / (D * o_.micro_batches);
     if (o_.vocab < 256)
       throw Error("--vocab " + std::to_string(o_.vocab) + ": byte-level data needs at least 256");
-    TensorParallel tp{groups_->tp_size, groups_->tp_rank};
-    params_ = std::make_unique<ParamSet>(model_, tp);
-    params_->init(static_cast<uint64_t>(o_.seed));
+    setup_model();
     if (!o_.init_from.empty()) load_weights(read_safetensors(o_.init_from), o_.init_from);
-    gpt_ = std::make_unique<GPT>(params_.get(), micro_, tp_coll_.get(), o_.reference_ops);
     OptimConfig oc;
     oc.kind = o_.optimizer;
     oc.beta1 = o_.beta1;
@@ -126,6 +120,84 @@ Trainer::Trainer(const Options& options) : o_(options) {
   setup_reducer();
 }
 
+Ownership Trainer::ownership_of(int pp_rank) const {
+  Ownership own;
+  const int P = groups_->pp_size, S = static_cast<int>(stage_first_.size()) - 1;
+  if (P == 1) return own;
+  own.layers.assign(static_cast<size_t>(model_.n_layer), 0);
+  for (int s = pp_rank; s < S; s += P)
+    for (int l = stage_first_[static_cast<size_t>(s)]; l < stage_first_[static_cast<size_t>(s) + 1];
+         ++l)
+      own.layers[static_cast<size_t>(l)] = 1;
+  own.embed = pp_rank == 0;
+  own.head = (S - 1) % P == pp_rank;
+  return own;
+}
+
+// The parameters this rank holds and the GPT of each of its stages (P = 1:
+// one GPT of the whole model); with P > 1 the schedule and its runner.
+void Trainer::setup_model() {
+  const int P = groups_->pp_size, V = P > 1 ? o_.virtual_stages : 1, S = P * V;
+  pipeline::ScheduleKind kind = pipeline::ScheduleKind::k1f1b;
+  if (!pipeline::parse_schedule(o_.schedule, &kind))
+    throw Error("--schedule " + o_.schedule + ": expected gpipe, 1f1b, interleaved or zb");
+  if (P == 1 && o_.virtual_stages != 1)
+    throw Error("--virtual-stages " + std::to_string(o_.virtual_stages) + " needs --pp > 1");
+  try {
+    stage_first_ =
+        pipeline::stage_bounds(pipeline::stage_layers(model_.n_layer, S, o_.stage_layers));
+  } catch (const std::invalid_argument& e) {
+    throw Error(e.what());
+  }
+  TensorParallel tp{groups_->tp_size, groups_->tp_rank};
+  params_ = std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank));
+  params_->init(static_cast<uint64_t>(o_.seed));
+  owner_pp_.assign(params_->params.size(), 0);
+  for (size_t i = 0; i < params_->params.size(); ++i)
+    for (int r = P - 1; r >= 0; --r)
+      if (ownership_of(r).owns(params_->params[i])) owner_pp_[i] = r;
+  for (int s = groups_->pp_rank; s < S; s += P) {
+    StageSpec st{stage_first_[static_cast<size_t>(s)], stage_first_[static_cast<size_t>(s) + 1],
+                 s == 0, s == S - 1};
+    chunks_.push_back(
+        std::make_unique<GPT>(params_.get(), micro_, tp_coll_.get(), o_.reference_ops, st));
+  }
+  if (P == 1) {
+    gpt_ = chunks_.front().get();
+    return;
+  }
+  pipeline::Schedule sched;
+  try {
+    sched = pipeline::make_schedule(kind, P, o_.micro_batches, V);
+  } catch (const std::invalid_argument& e) {
+    throw Error(std::string("pipeline schedule: ") + e.what());
+  }
+  std::vector<GPT*> raw;
+  for (auto& c : chunks_) raw.push_back(c.get());
+  std::vector<int> world(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q)
+    world[static_cast<size_t>(q)] =
+        (q * groups_->dp_size + groups_->dp_rank) * groups_->tp_size + groups_->tp_rank;
+  pipe_ = std::make_unique<PipelineRunner>(std::move(sched), groups_->pp_rank, groups_->pp, raw,
+                                           std::move(world));
+}
+
+GPT* Trainer::head_chunk() const { return pipe_ ? pipe_->head_chunk() : gpt_; }
+
+double Trainer::forward_all(const int* inputs, const int* targets) {
+  return pipe_ ? pipe_->forward_only(inputs, targets) : gpt_->forward(inputs, targets);
+}
+
+void Trainer::mark_all_ready() {
+  for (int id : reducer_id_)
+    if (id >= 0) {
+      const tideResult_t r = tideReducerMarkReady(reducer_, id);
+      if (r != tideSuccess)
+        throw Error(std::string("MarkReady: ") + tideGetErrorString(r) + " (" +
+                    tideReducerGetLastError(reducer_) + ")");
+    }
+}
+
 Trainer::~Trainer() {
   if (reducer_ != nullptr) tideReducerDestroy(reducer_);
 }
@@ -134,7 +206,11 @@ void Trainer::setup_reducer() {
   if (groups_->dp == nullptr) return;
   std::vector<void*> grads;
   std::vector<size_t> counts;
-  for (Param& p : params_->params) {
+  reducer_id_.assign(params_->params.size(), -1);
+  for (size_t i = 0; i < params_->params.size(); ++i) {
+    Param& p = params_->params[i];
+    if (!p.owned) continue;
+    reducer_id_[i] = static_cast<int>(grads.size());
     grads.push_back(p.grad.data());
     counts.push_back(p.grad.size());
   }
@@ -170,7 +246,18 @@ StepRecord Trainer::train_step(int64_t step) {
       throw Error(std::string(what) + ": " + tideGetErrorString(r) + " (" +
                   tideReducerGetLastError(reducer_) + ")");
   };
-  for (int j = 0; j < M; ++j) {
+  StepRecord r;
+  if (pipe_) {
+    loss_sum = pipeline_phase(step, scale, &r);
+    if (reducer_ != nullptr) {
+      check_reducer(tideReducerSetSync(reducer_, 1), "SetSync");
+      mark_all_ready();
+      const auto tw = Clock::now();
+      check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
+      wait_s += seconds_since(tw);
+    }
+  }
+  for (int j = 0; j < M && !pipe_; ++j) {
     const bool last = j == M - 1;
     data_->train_batch(static_cast<uint64_t>(o_.seed), static_cast<uint64_t>(step),
                        groups_->dp_rank * share + j * micro_, micro_, inputs_.data(),
@@ -179,12 +266,16 @@ StepRecord Trainer::train_step(int64_t step) {
     if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, last ? 1 : 0), "SetSync");
     std::function<void(int)> ready = [](int) {};
     if (reducer_ != nullptr && last)
-      ready = [&](int i) { check_reducer(tideReducerMarkReady(reducer_, i), "MarkReady"); };
+      ready = [&](int i) {
+        check_reducer(tideReducerMarkReady(reducer_, reducer_id_[static_cast<size_t>(i)]),
+                      "MarkReady");
+      };
     gpt_->backward(scale, ready);
     if (reducer_ != nullptr) {
       if (!last)
         for (size_t i = 0; i < params_->params.size(); ++i)
-          check_reducer(tideReducerMarkReady(reducer_, static_cast<int>(i)), "MarkReady");
+          if (reducer_id_[i] >= 0)
+            check_reducer(tideReducerMarkReady(reducer_, reducer_id_[i]), "MarkReady");
       const auto tw = Clock::now();
       check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
       wait_s += seconds_since(tw);
@@ -192,15 +283,20 @@ StepRecord Trainer::train_step(int64_t step) {
   }
   // The mean loss over the global batch.
   double loss = loss_sum;
+  allreduce(groups_->pp, &loss, 1, tideSum);
   allreduce(groups_->dp, &loss, 1, tideSum);
   loss /= static_cast<double>(o_.batch) * T;
-  const double norm = std::sqrt(grad_norm_squared(*params_, tp_coll_.get()));
+  // The tied embedding is held by the first and the last stage: count it once.
+  const Param& wte = params_->params[static_cast<size_t>(params_->wte)];
+  const bool wte_twice = pipe_ && wte.owned && groups_->pp_rank != 0;
+  double norm2 = grad_norm_squared(*params_, tp_coll_.get(), wte_twice ? params_->wte : -1);
+  allreduce(groups_->pp, &norm2, 1, tideSum);
+  const double norm = std::sqrt(norm2);
   if (step == 0 && !o_.dump_grads.empty()) dump_grads(o_.dump_grads);
   const double lr = schedule_.at(step);
   optim_->step(lr, clip_scale(norm, o_.clip));
   grads_zero_ = true;
 
-  StepRecord r;
   r.step = step;
   r.loss = loss;
   r.grad_norm = norm;
@@ -224,11 +320,19 @@ int Trainer::run() {
   const int64_t first = resume_if_asked();
   if (leader()) {
     std::printf(
-        "tide-train: %lld parameters (%lld without positions), layout dp %d x tp %d, "
+        "tide-train: %lld parameters (%lld without positions), layout dp %d x tp %d x pp %d, "
         "%d sequences of %d per step, %d micro-batches of %d per rank\n",
         static_cast<long long>(params_->count_full(true)),
         static_cast<long long>(params_->count_full(false)), groups_->dp_size, groups_->tp_size,
-        o_.batch, o_.ctx, o_.micro_batches, micro_);
+        groups_->pp_size, o_.batch, o_.ctx, o_.micro_batches, micro_);
+    if (pipe_) {
+      std::string layers;
+      for (size_t s = 0; s + 1 < stage_first_.size(); ++s)
+        layers += (s ? "," : "") + std::to_string(stage_first_[s + 1] - stage_first_[s]);
+      std::printf("pipeline: schedule %s, %d stages (P %d x V %d) of %s layers\n",
+                  o_.schedule.c_str(), static_cast<int>(stage_first_.size()) - 1, groups_->pp_size,
+                  o_.virtual_stages, layers.c_str());
+    }
     std::printf("gemm peak: %.2f GFLOP/s per rank (single-thread sgemm, measured)\n",
                 peak_flops_ / 1e9);
     if (data_)

@@ -22,6 +22,7 @@
 #include "tide/reducer.h"
 #include "train/comm.h"
 #include "train/options.h"
+#include "train/pipeline_run.h"
 
 namespace tide_train {
 
@@ -39,6 +40,8 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, step_ms = 0, tokens_per_s = 0, flops = 0, mfu = 0,
          comm_share = 0;
+  double bubble = -1;  // pipeline parallelism: mean idle share of the stages (-1: none)
+  int peak_slots = 0;  // pipeline: most micro-batches holding activations on a rank
 };
 
 class Trainer {
@@ -59,7 +62,18 @@ class Trainer {
 
  private:
   void setup_reducer();
+  void setup_model();
+  Ownership ownership_of(int pp_rank) const;
   StepRecord train_step(int64_t step);
+  // The pipeline phase of a step (P > 1): every micro-batch through the
+  // stages, the tied embedding's gradient summed between the first and last
+  // stage. Returns this rank's loss sum; *r gets the bubble.
+  double pipeline_phase(int64_t step, float scale, StepRecord* r);
+  // The whole model forward on one micro-batch (P > 1: through every
+  // stage); the loss sum on the rank holding the head, 0 elsewhere.
+  double forward_all(const int* inputs, const int* targets);
+  GPT* head_chunk() const;  // the GPT holding the head on this rank, or null
+  void mark_all_ready();
   double evaluate();
   double score_file(const std::string& path);
   std::string sample(int64_t n);
@@ -79,7 +93,12 @@ class Trainer {
   std::unique_ptr<Groups> groups_;
   std::unique_ptr<TimedCollectives> tp_coll_;
   std::unique_ptr<ParamSet> params_;
-  std::unique_ptr<GPT> gpt_;
+  std::vector<std::unique_ptr<GPT>> chunks_;  // per virtual stage (P = 1: the whole model)
+  GPT* gpt_ = nullptr;                        // P = 1: chunks_[0]
+  std::unique_ptr<PipelineRunner> pipe_;      // P > 1
+  std::vector<int> reducer_id_;               // parameter → reducer index (-1: not held)
+  std::vector<int> owner_pp_;                 // parameter → pipeline rank that writes it out
+  std::vector<int> stage_first_;              // first block of each stage, then n_layer
   std::unique_ptr<Optimizer> optim_;
   std::unique_ptr<Dataset> data_;
   Schedule schedule_;

@@ -55,7 +55,9 @@ void Trainer::check_all(bool ok, const std::string& detail, const std::string& w
 std::vector<float> Trainer::gather_full(int index, const std::vector<float>& local) {
   const Param& p = params_->params[static_cast<size_t>(index)];
   std::vector<float> full(static_cast<size_t>(product(p.full_shape)), 0.0f);
-  if (p.sharded() && groups_->tp != nullptr) {
+  if (!p.owned) {
+    // Another pipeline stage holds it: its rank sends the whole tensor.
+  } else if (p.sharded() && groups_->tp != nullptr) {
     std::vector<float> all(local.size() * static_cast<size_t>(groups_->tp_size));
     check_tide(
         tideAllGather(local.data(), all.data(), local.size(), tideFloat32, groups_->tp, nullptr),
@@ -64,6 +66,8 @@ std::vector<float> Trainer::gather_full(int index, const std::vector<float>& loc
   } else {
     params_->full_from_shard(index, local, full.data());
   }
+  broadcast(groups_->pp, full.data(), full.size() * sizeof(float),
+            owner_pp_[static_cast<size_t>(index)]);
   return full;
 }
 
@@ -180,13 +184,15 @@ void Trainer::save_checkpoint_now(int64_t next_step) {
     const size_t n = static_cast<size_t>(sizes[static_cast<size_t>(r)]);
     if (n == 0) continue;
     const auto* b = all.data() + static_cast<size_t>(r) * most;
-    c.extra["reducer_tp" + std::to_string(r % groups_->tp_size) + "_dp" +
-            std::to_string(r / groups_->tp_size)] = std::vector<uint8_t>(b, b + n);
+    const int T = groups_->tp_size, D = groups_->dp_size;
+    std::string key = "reducer_tp" + std::to_string(r % T) + "_dp" + std::to_string(r / T % D);
+    if (groups_->pp_size > 1) key += "_pp" + std::to_string(r / (T * D));
+    c.extra[key] = std::vector<uint8_t>(b, b + n);
   }
   nlohmann::json st;
   st["step"] = next_step;
   st["optimizer_steps"] = optim_->steps();
-  st["layout"] = {{"dp", groups_->dp_size}, {"tp", groups_->tp_size}, {"pp", 1}};
+  st["layout"] = {{"dp", groups_->dp_size}, {"tp", groups_->tp_size}, {"pp", groups_->pp_size}};
   st["model"] = {{"n_layer", model_.n_layer},
                  {"n_head", model_.n_head},
                  {"n_embd", model_.n_embd},
@@ -281,9 +287,11 @@ int64_t Trainer::resume_if_asked() {
   // The reducer's state when the layout is the same (else its residuals and
   // layout start afresh, as 1-bit Adam's do after a load).
   const bool same = st.at("layout").at("dp").get<int>() == groups_->dp_size &&
-                    st.at("layout").at("tp").get<int>() == groups_->tp_size;
-  const std::string key =
+                    st.at("layout").at("tp").get<int>() == groups_->tp_size &&
+                    st.at("layout").value("pp", 1) == groups_->pp_size;
+  std::string key =
       "reducer_tp" + std::to_string(groups_->tp_rank) + "_dp" + std::to_string(groups_->dp_rank);
+  if (groups_->pp_size > 1) key += "_pp" + std::to_string(groups_->pp_rank);
   if (reducer_ != nullptr && same && c.extra.count(key) != 0) {
     const std::vector<uint8_t>& blob = c.extra.at(key);
     const tideResult_t r = tideReducerSetState(reducer_, blob.data(), blob.size());
