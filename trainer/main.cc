@@ -7,6 +7,7 @@
 
 #include "io/error.h"
 #include "pipeline/simulate_cli.h"
+#include "plan/plan_cli.h"
 #include "train/comm.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
     if (exit_now || rc != 0) return rc;
     if (o.simulate) return tide_train::pipeline::run_simulation(o);
     openblas_set_num_threads(o.blas_threads);
+    if (o.plan) return tide_train::plan::run_plan(o);
     tide_train::Trainer trainer(o);
     return trainer.run();
   } catch (const tide_train::ReportedError&) {

@@ -161,6 +161,22 @@ int GPT::slots_in_use() const {
   return n;
 }
 
+size_t GPT::slot_floats() const {
+  const Acts& a = acts_.front();
+  size_t n = 0;
+  for (const auto& r : a.res) n += r.size();
+  for (const Layer& L : a.layers)
+    for (const std::vector<float>* v :
+         {&L.ln1, &L.ln1_mean, &L.ln1_rstd, &L.qkv, &L.att, &L.attn_out, &L.res_mid, &L.ln2,
+          &L.ln2_mean, &L.ln2_rstd, &L.fc, &L.gelu, &L.d_mlp_proj, &L.d_fc, &L.d_attn_proj,
+          &L.d_qkv})
+      n += v->size();
+  for (const std::vector<float>* v :
+       {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.rowmax, &a.sums, &a.losses, &a.dlogits})
+    n += v->size();
+  return n;
+}
+
 float* GPT::input(int slot) { return acts_[static_cast<size_t>(slot)].res.front().data(); }
 const float* GPT::output(int slot) const {
   return acts_[static_cast<size_t>(slot)].res.back().data();

@@ -72,6 +72,9 @@ class GPT {
   int acquire();
   void release(int slot);
   int slots_in_use() const;
+  // Floats one activation slot holds now (slot 0's; zb's kept gradients
+  // included once a Pass::kInput ran): the planner's activation memory.
+  size_t slot_floats() const;
   // The stage's input activation [micro_batch·T, C] of `slot` (a stage
   // without the embeddings: the caller fills it before forward) and its
   // output (a stage without the head: what the next stage receives).

@@ -1,6 +1,7 @@
 // Process groups and blocking collectives of the trainer (train/comm.h).
 #include "train/comm.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "io/error.h"
@@ -25,17 +26,34 @@ bool launched() {
 
 }  // namespace
 
-Groups::Groups(int dpn, int tpn, int ppn) {
+Groups::Groups() {
   if (launched()) {
     check_tide(tideCommInitFromEnv(&world), nullptr, "joining the job (tideCommInitFromEnv)");
     check_tide(tideCommCount(world, &world_size), world, "tideCommCount");
     check_tide(tideCommUserRank(world, &world_rank), world, "tideCommUserRank");
   }
+}
+
+void Groups::split(int dpn, int tpn, int ppn) {
   if (tpn < 1 || ppn < 1 || dpn < 0) throw Error("--dp, --tp and --pp must be positive");
   if (dpn == 0) dpn = world_size % (tpn * ppn) == 0 ? world_size / (tpn * ppn) : 0;
-  if (dpn * tpn * ppn != world_size)
-    throw Error("world size " + std::to_string(world_size) + " is not --dp " + std::to_string(dpn) +
-                " x --tp " + std::to_string(tpn) + " x --pp " + std::to_string(ppn));
+  if (dpn * tpn * ppn != world_size) {
+    const std::string msg = "world size " + std::to_string(world_size) + " is not --dp " +
+                            std::to_string(dpn) + " x --tp " + std::to_string(tpn) + " x --pp " +
+                            std::to_string(ppn);
+    if (world == nullptr) throw Error(msg);
+    // Every rank finds this (the same flags): each prints its line, then
+    // waits for the others before any exits (the launcher stops the rest
+    // once one exits), as check_all does. The world communicator is left
+    // to the process's end.
+    abandon_ = true;
+    std::fflush(stdout);
+    std::fprintf(stderr, "tide-train: error: %s\n", msg.c_str());
+    std::fflush(stderr);
+    double x = 0.0;
+    tideAllReduce(&x, &x, 1, tideFloat64, tideSum, world, nullptr);
+    throw ReportedError(msg);
+  }
   dp_size = dpn;
   tp_size = tpn;
   pp_size = ppn;
@@ -57,7 +75,7 @@ Groups::~Groups() {
   if (pp != nullptr) tideCommDestroy(pp);
   if (dp != nullptr) tideCommDestroy(dp);
   if (tp != nullptr) tideCommDestroy(tp);
-  if (world != nullptr) tideCommDestroy(world);
+  if (world != nullptr && !abandon_) tideCommDestroy(world);
 }
 
 void TideCollectives::allreduce_sum(float* buf, size_t n) {

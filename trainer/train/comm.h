@@ -29,9 +29,12 @@ void check_tide(tideResult_t r, tideComm_t comm, const std::string& what);
 
 class Groups {
  public:
+  // Joins the job (the world communicator only; split() makes the groups).
+  Groups();
   // dp, tp: the requested sizes (dp 0: world / tp). Throws Error when
   // world ≠ dp · tp · pp.
-  Groups(int dp, int tp, int pp);
+  Groups(int dp, int tp, int pp) : Groups() { split(dp, tp, pp); }
+  void split(int dp, int tp, int pp);
   ~Groups();
   Groups(const Groups&) = delete;
   Groups& operator=(const Groups&) = delete;
@@ -40,6 +43,9 @@ class Groups {
   int dp_size = 1, dp_rank = 0, tp_size = 1, tp_rank = 0, pp_size = 1, pp_rank = 0;
   // null with one rank
   tideComm_t world = nullptr, dp = nullptr, tp = nullptr, pp = nullptr;
+
+ private:
+  bool abandon_ = false;  // split() refused the layout: the world is not destroyed
 };
 
 // TpCollectives over a communicator (blocking Tide calls on the caller's

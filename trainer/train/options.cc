@@ -50,8 +50,22 @@ std::vector<Entry> entries(Options* o) {
        &o->timeline},
       {"--profile", "FILE",
        "--simulate: per-action costs, JSON {\"forward\", \"backward\", \"backward_input\", "
-       "\"backward_weight\", \"stage_scale\": [..]}; default 1, 2, 1, 1, balanced",
+       "\"backward_weight\", \"stage_scale\": [..]}; default 1, 2, 1, 1, balanced. --plan, "
+       "--layout auto: the per-layer profile, read when FILE exists, else measured and written",
        &o->profile},
+      {"--plan", "",
+       "rank every layout of --world ranks by predicted step time (one process) and exit",
+       &o->plan},
+      {"--world", "N", "--plan: the ranks to plan for", &o->world},
+      {"--nodes", "K", "--plan: nodes the ranks are spread over (equally)", &o->nodes},
+      {"--topo-file", "FILE",
+       "--plan, --layout auto: each node's topology (Tide, NCCL or hwloc XML); default: this node",
+       &o->topo_file},
+      {"--cores", "N", "--plan, --layout auto: CPUs per node the ranks share; 0: this node's",
+       &o->cores},
+      {"--layout", "manual|auto",
+       "auto: world rank 0 plans (--plan's first choice) and every rank trains that layout",
+       &o->layout},
       // Training
       {"--batch", "B", "sequences per step (global, over every layout)", &o->batch},
       {"--micro-batches", "M", "micro-batches per rank and step (gradients accumulate)",

@@ -22,6 +22,10 @@ struct Options {
   int virtual_stages = 1;
   bool simulate = false;
   std::string timeline, profile;
+  // Layout planner (plan/planner.h)
+  bool plan = false;
+  int world = 0, nodes = 1, cores = 0;  // cores 0: this node's CPUs
+  std::string topo_file, layout = "manual";
   // Training
   int batch = 12, micro_batches = 1;
   int64_t steps = 2000, seed = 1;

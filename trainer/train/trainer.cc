@@ -9,6 +9,7 @@
 
 #include "io/error.h"
 #include "pipeline/partition.h"
+#include "plan/plan_cli.h"
 
 namespace tide_train {
 
@@ -75,7 +76,13 @@ Trainer::Trainer(const Options& options) : o_(options) {
   model_.n_embd = o_.embd;
   model_.block_size = o_.ctx;
   model_.vocab_size = o_.vocab;
-  groups_ = std::make_unique<Groups>(o_.dp, o_.tp, o_.pp);
+  groups_ = std::make_unique<Groups>();
+  if (o_.layout == "auto") {
+    plan::choose_layout(&o_, groups_->world, groups_->world_size, groups_->world_rank);
+  } else if (o_.layout != "manual") {
+    throw Error("--layout " + o_.layout + ": expected manual or auto");
+  }
+  groups_->split(o_.dp, o_.tp, o_.pp);
   tp_coll_ = std::make_unique<TimedCollectives>(groups_->tp);
   // What may fail on one rank only (files) is agreed on by all (check_all).
   bool ok = true;
