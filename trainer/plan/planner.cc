@@ -192,10 +192,9 @@ void price(const Job& job, const Machine& mc, const Pricer& pr, Profile* prof, C
   const double params = std::max(last_rank, first_rank);
 
   // After the phase every rank of the node communicates (and steps) at
-  // once: its copies and reductions share the cores too.
+  // once: on one node a collective is CPU work, time-shared like the rest;
+  // across nodes the link sets its time.
   const double grad_bytes = 4.0 * params;
-  // (On one node a collective is CPU work, time-shared like the rest;
-  // across nodes the link sets its time.)
   const auto cpu_share = [&](int n, int stride) {
     return geometry(n, stride, R).first == 1 ? share : 1.0;
   };

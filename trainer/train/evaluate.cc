@@ -78,19 +78,9 @@ std::string Trainer::sample(int64_t n) {
   if (seq.empty()) seq.push_back('\n');
   std::string out;
   std::vector<float> slice(static_cast<size_t>(Vl)), all(static_cast<size_t>(Vl) * tp.size);
-  for (int64_t i = 0; i < n; ++i) {
-    const size_t ctx = std::min<size_t>(seq.size(), static_cast<size_t>(T));
-    std::fill(inputs_.begin(), inputs_.end(), 0);
-    std::copy(seq.end() - static_cast<std::ptrdiff_t>(ctx), seq.end(), inputs_.begin());
-    forward_all(inputs_.data(), nullptr);
-    const GPT* head = head_chunk();
-    if (head == nullptr) {  // another pipeline rank holds the head: it picks
-      int pick = 0;
-      broadcast(groups_->pp, &pick, sizeof pick, pipe_->head_rank());
-      seq.push_back(pick);
-      out.push_back(static_cast<char>(pick));
-      continue;
-    }
+  // The next byte from the head's logits of position ctx - 1 (on the rank
+  // holding the head).
+  auto draw = [&](const GPT* head, size_t ctx, int64_t i) {
     const float* row = head->logits() + (ctx - 1) * static_cast<size_t>(Vl);
     std::copy(row, row + Vl, slice.begin());
     if (groups_->tp != nullptr)
@@ -115,14 +105,20 @@ std::string Trainer::sample(int64_t n) {
     const uint64_t r = splitmix64(static_cast<uint64_t>(o_.seed) * 0x9E3779B97F4A7C15ull +
                                   0x5851F42D4C957F2Dull + static_cast<uint64_t>(i));
     double u = static_cast<double>(r >> 11) * 0x1.0p-53 * z;
-    int pick = cand.back().second;
     for (size_t k = 0; k < cand.size(); ++k) {
       u -= p[k];
-      if (u < 0.0) {
-        pick = cand[k].second;
-        break;
-      }
+      if (u < 0.0) return cand[k].second;
     }
+    return cand.back().second;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t ctx = std::min<size_t>(seq.size(), static_cast<size_t>(T));
+    std::fill(inputs_.begin(), inputs_.end(), 0);
+    std::copy(seq.end() - static_cast<std::ptrdiff_t>(ctx), seq.end(), inputs_.begin());
+    forward_all(inputs_.data(), nullptr);
+    const GPT* head = head_chunk();
+    int pick = head != nullptr ? draw(head, ctx, i) : 0;
+    // With a pipeline, the head's rank picks for the others.
     if (pipe_) broadcast(groups_->pp, &pick, sizeof pick, pipe_->head_rank());
     seq.push_back(pick);
     out.push_back(static_cast<char>(pick));

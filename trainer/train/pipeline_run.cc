@@ -64,6 +64,7 @@ void PipelineRunner::post_receives(const std::vector<Action>& acts) {
     Inbox& box = inbox_[{a.msg.grad, a.msg.stage, a.msg.mb}];
     box.data.resize(gpt->activation_floats());
     box.peer = a.peer;
+    box.pending = true;
     box.ticket = in_.at(a.peer)->receive(box.data.data(), box.data.size());
   }
 }
@@ -108,7 +109,7 @@ void PipelineRunner::compute(const Action& a, const Loader& load, float scale, d
       slot_[key] = slot;
       if (in != nullptr) {
         std::copy(in, in + gpt->activation_floats(), gpt->input(slot));
-        inbox_.erase({false, a.stage - 1, a.mb});
+        inbox_.at({false, a.stage - 1, a.mb}).pending = false;
       }
       const StageSpec& st = gpt->stage();
       if (st.embed || st.head) load(a.mb, inputs_.data(), targets_.data());
@@ -121,7 +122,7 @@ void PipelineRunner::compute(const Action& a, const Loader& load, float scale, d
       const Key dk{true, a.stage + 1, a.mb};
       const float* dout = a.stage == S - 1 ? nullptr : received(dk);
       gpt->backward(slot, dout, scale, a.op == Op::kBackward ? Pass::kFull : Pass::kInput, kNone);
-      if (dout != nullptr) inbox_.erase(dk);
+      if (dout != nullptr) inbox_.at(dk).pending = false;
       if (a.stage > 0) {
         const float* g = gpt->input_grad();
         dsend_[{a.stage, a.mb}].assign(g, g + gpt->activation_floats());
@@ -172,8 +173,9 @@ double PipelineRunner::step(const Loader& load, float scale, Clock::time_point o
     t.peak_slots = std::max(t.peak_slots, held);
   }
   for (auto& [peer, ch] : out_) ch->drain();
-  dsend_.clear();
-  if (!slot_.empty() || !inbox_.empty() || !act_sent_.empty())
+  const bool unread =
+      std::any_of(inbox_.begin(), inbox_.end(), [](const auto& kv) { return kv.second.pending; });
+  if (!slot_.empty() || unread || !act_sent_.empty())
     throw Error("pipeline schedule left " + std::to_string(slot_.size()) +
                 " micro-batches' activations behind (a schedule bug)");
   if (timing != nullptr) *timing = t;

@@ -64,9 +64,10 @@ class PipelineRunner {
   // A message's identity: (grad, producing stage, micro-batch).
   using Key = std::tuple<bool, int, int>;
   struct Inbox {
-    std::vector<float> data;
+    std::vector<float> data;  // kept from step to step (the same messages every step)
     int peer = 0;
     size_t ticket = 0;
+    bool pending = false;  // posted this step and not yet consumed
   };
   void post_receives(const std::vector<pipeline::Action>& acts);
   void send(const pipeline::Action& a);
@@ -82,9 +83,9 @@ class PipelineRunner {
   std::vector<int> inputs_, targets_;
   std::map<int, std::unique_ptr<Channel>> out_, in_;  // by peer pipeline rank
   // Per micro-batch state of this step: (chunk, mb) → activation slot; the
-  // messages received or on their way in; the input gradients sent (kept
-  // until the step's sends have completed); the ticket of the activation
-  // send out of (chunk, mb)'s slot (waited for before the slot is reused).
+  // messages received or on their way in; the input gradients sent (their
+  // buffers reused every step, rewritten once the step's sends completed); the ticket of the
+  // activation send out of (chunk, mb)'s slot (waited for before the slot is reused).
   std::map<std::pair<int, int>, int> slot_;
   std::map<Key, Inbox> inbox_;
   std::map<std::pair<int, int>, std::vector<float>> dsend_;

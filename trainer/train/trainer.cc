@@ -159,10 +159,13 @@ void Trainer::setup_model() {
   TensorParallel tp{groups_->tp_size, groups_->tp_rank};
   params_ = std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank));
   params_->init(static_cast<uint64_t>(o_.seed));
+  // Each tensor's writer: the lowest pipeline rank holding it.
   owner_pp_.assign(params_->params.size(), 0);
-  for (size_t i = 0; i < params_->params.size(); ++i)
-    for (int r = P - 1; r >= 0; --r)
-      if (ownership_of(r).owns(params_->params[i])) owner_pp_[i] = r;
+  for (int r = P - 1; r >= 0; --r) {
+    const Ownership own = ownership_of(r);
+    for (size_t i = 0; i < params_->params.size(); ++i)
+      if (own.owns(params_->params[i])) owner_pp_[i] = r;
+  }
   for (int s = groups_->pp_rank; s < S; s += P) {
     StageSpec st{stage_first_[static_cast<size_t>(s)], stage_first_[static_cast<size_t>(s) + 1],
                  s == 0, s == S - 1};
@@ -263,29 +266,27 @@ StepRecord Trainer::train_step(int64_t step) {
       check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
       wait_s += seconds_since(tw);
     }
-  }
-  for (int j = 0; j < M && !pipe_; ++j) {
-    const bool last = j == M - 1;
-    data_->train_batch(static_cast<uint64_t>(o_.seed), static_cast<uint64_t>(step),
-                       groups_->dp_rank * share + j * micro_, micro_, inputs_.data(),
-                       targets_.data());
-    loss_sum += gpt_->forward(inputs_.data(), targets_.data());
-    if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, last ? 1 : 0), "SetSync");
-    std::function<void(int)> ready = [](int) {};
-    if (reducer_ != nullptr && last)
-      ready = [&](int i) {
-        check_reducer(tideReducerMarkReady(reducer_, reducer_id_[static_cast<size_t>(i)]),
-                      "MarkReady");
-      };
-    gpt_->backward(scale, ready);
-    if (reducer_ != nullptr) {
-      if (!last)
-        for (size_t i = 0; i < params_->params.size(); ++i)
-          if (reducer_id_[i] >= 0)
-            check_reducer(tideReducerMarkReady(reducer_, reducer_id_[i]), "MarkReady");
-      const auto tw = Clock::now();
-      check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
-      wait_s += seconds_since(tw);
+  } else {
+    for (int j = 0; j < M; ++j) {
+      const bool last = j == M - 1;
+      data_->train_batch(static_cast<uint64_t>(o_.seed), static_cast<uint64_t>(step),
+                         groups_->dp_rank * share + j * micro_, micro_, inputs_.data(),
+                         targets_.data());
+      loss_sum += gpt_->forward(inputs_.data(), targets_.data());
+      if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, last ? 1 : 0), "SetSync");
+      std::function<void(int)> ready = [](int) {};
+      if (reducer_ != nullptr && last)
+        ready = [&](int i) {
+          check_reducer(tideReducerMarkReady(reducer_, reducer_id_[static_cast<size_t>(i)]),
+                        "MarkReady");
+        };
+      gpt_->backward(scale, ready);
+      if (reducer_ != nullptr) {
+        if (!last) mark_all_ready();
+        const auto tw = Clock::now();
+        check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
+        wait_s += seconds_since(tw);
+      }
     }
   }
   // The mean loss over the global batch.
