@@ -10,6 +10,7 @@
 // bucket per synced step, in index order, whatever order its gradients were
 // marked in. With findUnused = 0 one small step check follows; rebuilds and
 // the agreement checks happen at points every rank reaches together.
+#include <algorithm>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -91,7 +92,8 @@ Err parseArgs(int ngrads, void* const* grads, const size_t* counts, tideDataType
   }
   tideReducerConfig_t c = TIDE_REDUCER_CONFIG_INITIALIZER;
   if (config != nullptr) {
-    if (config->size < offsetof(tideReducerConfig_t, reserved) || config->size > sizeof(c))
+    // A header from before reduce-scatter mode ends at its reserved words.
+    if (config->size < offsetof(tideReducerConfig_t, reduceScatter) || config->size > sizeof(c))
       return fail(tideInvalidArgument,
                   "config->size %zu: not a tideReducerConfig_t (use "
                   "TIDE_REDUCER_CONFIG_INITIALIZER; expected %zu)",
@@ -104,20 +106,26 @@ Err parseArgs(int ngrads, void* const* grads, const size_t* counts, tideDataType
   Err e = flag(c.rebuildBuckets, true, "rebuildBuckets", &r->rebuild);
   if (e.ok()) e = flag(c.average, true, "average", &r->average);
   if (e.ok()) e = flag(c.findUnused, false, "findUnused", &r->findUnused);
+  if (e.ok()) e = flag(c.reduceScatter, false, "reduceScatter", &r->reduceScatter);
   if (!e.ok()) return e;
+  if (r->reduceScatter) {
+    if (c.rebuildBuckets == 1)
+      return fail(tideInvalidArgument,
+                  "config->rebuildBuckets 1 with reduceScatter 1: the reduce-scatter layout is "
+                  "fixed at creation (pass 0 or TIDE_CONFIG_UNDEF_INT)");
+    r->rebuild = false;
+    if (dt != tideFloat32 && dt != tideFloat64)
+      return fail(tideInvalidArgument,
+                  "reduce-scatter mode needs float32 or float64 gradients (datatype %d)", dt);
+    r->shard = c.shard;
+  }
   if (c.compress != nullptr) {
-    const tideCompressConfig_t* cc = c.compress;
-    if (cc->size < offsetof(tideCompressConfig_t, reserved) || cc->size > sizeof(*cc))
-      return fail(tideInvalidArgument, "config->compress->size %zu: not a tideCompressConfig_t",
-                  cc->size);
-    tideCompressConfig_t copy = TIDE_COMPRESS_CONFIG_INITIALIZER;
-    std::memcpy(&copy, cc, cc->size);
-    copy.size = sizeof(copy);
+    Err ce = copyCompressConfig(c.compress, "config->compress", &r->compressConfig);
+    if (!ce.ok()) return ce;
     if (dt != tideFloat32 && dt != tideBfloat16 && dt != tideFloat16)
       return fail(tideInvalidArgument,
                   "compression needs float32, bfloat16 or float16 gradients (datatype %d)", dt);
     r->compress = true;
-    r->compressConfig = copy;
   }
   r->stream = c.stream;
   r->rebuildPending = r->rebuild;
@@ -132,8 +140,8 @@ uint64_t fingerprintOf(const tideReducer* r, size_t rawBucketBytes) {
   h = fnv(&r->dtype, sizeof(r->dtype), h);
   h = fnv(&rawBucketBytes, sizeof(rawBucketBytes), h);
   h = fnv(&r->sizes.firstBucketBytes, sizeof(size_t), h);
-  const int flags =
-      (r->rebuild ? 1 : 0) | (r->average ? 2 : 0) | (r->findUnused ? 4 : 0) | (r->compress ? 8 : 0);
+  const int flags = (r->rebuild ? 1 : 0) | (r->average ? 2 : 0) | (r->findUnused ? 4 : 0) |
+                    (r->compress ? 8 : 0) | (r->reduceScatter ? 16 : 0);
   h = fnv(&flags, sizeof(flags), h);
   if (r->compress) {
     const tideCompressConfig_t& c = r->compressConfig;
@@ -161,11 +169,59 @@ void beginStep(tideReducer* r) {
   for (Bucket& b : r->buckets) b.pending = static_cast<int>(b.grads.size());
 }
 
+// Reduce-scatter mode: marked gradients are in the staging buffer already
+// (markReady); unmarked ones and the padding are zeros.
+Err launchScatter(tideReducer* r, size_t bi) {
+  Bucket& b = r->buckets[bi];
+  ensureStaging(r, b);
+  for (size_t k = 0; k < b.grads.size(); ++k) {
+    const size_t g = static_cast<size_t>(b.grads[k]);
+    if (!r->marked[g] && r->counts[g] > 0)
+      std::memset(b.staging.data() + b.offsets[k] * r->elemSize, 0, r->counts[g] * r->elemSize);
+  }
+  const size_t padded = b.chunk * static_cast<size_t>(r->nranks);
+  std::memset(b.staging.data() + b.count * r->elemSize, 0, (padded - b.count) * r->elemSize);
+  r->stats.buckets++;
+  const size_t recvOffset = static_cast<size_t>(r->rank) * b.chunk * r->elemSize;
+  if (r->worker != nullptr) {
+    Job job;
+    job.buf = b.staging.data();
+    job.count = padded;
+    job.compressor = b.compressor;
+    job.bucket = static_cast<int>(bi);
+    job.step = r->step + 1;
+    job.scatter = true;
+    job.recvcount = b.chunk;
+    job.recvOffset = recvOffset;
+    if (r->shard != nullptr) {
+      job.addTo = static_cast<unsigned char*>(r->shard) + b.shardOffset * r->elemSize;
+    } else {
+      job.copies = ownedCopies(r, b);
+    }
+    job.owned = std::move(b.staging);  // back to the pool once reduced
+    b.staging = {};
+    job.pool = r->pool.get();
+    r->pool->inFlight();
+    r->worker->submit(std::move(job));
+    return okay();
+  }
+  const tideRedOp_t op = r->average ? tideAvg : tideSum;
+  unsigned char* buf = b.staging.data();
+  const tideResult_t rc =
+      b.compressor != nullptr
+          ? tideReduceScatterCompressed(buf, buf + recvOffset, b.chunk, r->dtype, op, b.compressor,
+                                        r->comm, r->stream)
+          : tideReduceScatter(buf, buf + recvOffset, b.chunk, r->dtype, op, r->comm, r->stream);
+  if (rc != tideSuccess) return commError(r, rc, "a bucket Reduce-Scatter");
+  return okay();
+}
+
 // Starts bucket `bi`'s All-Reduce on the reducer's stream: gradients are
 // copied into the staging buffer (unmarked ones as zeros).
 Err launch(tideReducer* r, size_t bi) {
   Bucket& b = r->buckets[bi];
   if (b.count == 0) return okay();
+  if (r->reduceScatter) return launchScatter(r, bi);
   // With the worker, each staged gradient goes back to the caller's buffer
   // as soon as the bucket is reduced (Job::copies).
   Job job;
@@ -275,11 +331,12 @@ Err applyLayout(tideReducer* r, const Layout& layout, std::vector<Bucket>* out) 
   for (const auto& grads : layout) {
     Bucket b;
     b.grads = grads;
-    for (int g : grads) {
+    if (r->reduceScatter) std::sort(b.grads.begin(), b.grads.end());
+    for (int g : b.grads) {
       b.offsets.push_back(b.count);
       b.count += r->counts[static_cast<size_t>(g)];
     }
-    if (grads.size() > 1) b.staging.resize(b.count * r->elemSize);
+    if (grads.size() > 1 && !r->reduceScatter) b.staging.resize(b.count * r->elemSize);
     if (r->compress && b.count > 0) {
       const tideResult_t rc = tideCompressorCreate(r->comm, &r->compressConfig, &b.compressor);
       if (rc != tideSuccess) {
@@ -289,13 +346,16 @@ Err applyLayout(tideReducer* r, const Layout& layout, std::vector<Bucket>* out) 
     }
     out->push_back(std::move(b));
   }
+  if (r->reduceScatter) layoutScatter(r, out);
   return okay();
 }
 
 void freeBuckets(std::vector<Bucket>* buckets) {
   for (Bucket& b : *buckets) {
     if (b.compressor != nullptr) tideCompressorDestroy(b.compressor);
+    if (b.gatherCompressor != nullptr) tideCompressorDestroy(b.gatherCompressor);
     b.compressor = nullptr;
+    b.gatherCompressor = nullptr;
   }
   buckets->clear();
 }
@@ -360,7 +420,15 @@ Err markReady(tideReducer* r, int index) {
   r->marked[g] = 1;
   r->order.push_back(index);
   if (!r->sync) return okay();
-  r->buckets[static_cast<size_t>(r->bucketOf[g])].pending--;
+  Bucket& b = r->buckets[static_cast<size_t>(r->bucketOf[g])];
+  if (r->reduceScatter && r->counts[g] > 0) {  // the caller may reuse grads[g] at once
+    ensureStaging(r, b);
+    const size_t k =
+        static_cast<size_t>(std::find(b.grads.begin(), b.grads.end(), index) - b.grads.begin());
+    std::memcpy(b.staging.data() + b.offsets[k] * r->elemSize, r->grads[g],
+                r->counts[g] * r->elemSize);
+  }
+  b.pending--;
   return launchReady(r, false);
 }
 
@@ -409,6 +477,13 @@ Err wait(tideReducer* r) {
   // The caller's stream: staged buckets are copied back here (the worker
   // copies each one back as soon as it is reduced).
   for (Bucket& b : r->buckets) {
+    if (r->reduceScatter) {
+      if (r->worker == nullptr) {
+        addChunk(r, b);
+        releaseStaging(r, b);
+      }
+      continue;
+    }
     if (b.staging.empty() || r->worker != nullptr) continue;
     for (size_t k = 0; k < b.grads.size(); ++k) {
       const size_t g = static_cast<size_t>(b.grads[k]);
@@ -459,6 +534,7 @@ void destroy(tideReducer* r) {
   drainAll(r);
   freeBuckets(&r->buckets);
   r->worker.reset();
+  r->pool.reset();
 }
 
 }  // namespace tide_reducer

@@ -185,3 +185,27 @@ TIDE_REDUCER_API tideResult_t tideReducerSetState(tideReducer_t reducer, const v
   return locked("tideReducerSetState", reducer,
                 [&] { return tide_reducer::setState(reducer, buf, bytes); });
 }
+
+TIDE_REDUCER_API tideResult_t tideReducerGetShard(tideReducer_t reducer,
+                                                  tideReducerSegment_t* segments, int* nsegments,
+                                                  size_t* shardCount) {
+  return locked("tideReducerGetShard", reducer,
+                [&] { return tide_reducer::getShard(reducer, segments, nsegments, shardCount); });
+}
+
+TIDE_REDUCER_API tideResult_t tideReducerAllGather(tideReducer_t reducer, const void* values,
+                                                   void* const* outs, int bucket,
+                                                   const tideCompressConfig_t* compress) {
+  return locked("tideReducerAllGather", reducer,
+                [&] { return tide_reducer::allGather(reducer, values, outs, bucket, compress); });
+}
+
+TIDE_REDUCER_API tideResult_t tideReducerGetBufferBytes(tideReducer_t reducer, size_t* current,
+                                                        size_t* peak) {
+  return locked("tideReducerGetBufferBytes", reducer, [&]() -> Err {
+    if (current == nullptr || peak == nullptr)
+      return fail(tideInvalidArgument, "%s is NULL", current == nullptr ? "current" : "peak");
+    tide_reducer::bufferBytes(reducer, current, peak);
+    return Err{};
+  });
+}

@@ -37,6 +37,13 @@ struct Bucket {
   std::vector<unsigned char> staging;
   tideCompressor_t compressor = nullptr;  // config->compress and count > 0
   int pending = 0;                        // gradients not marked yet in this step
+  // Reduce-scatter mode (reducer/scatter.cc): the staging buffer (lent by
+  // the pool while the bucket is in flight) holds nranks * chunk elements
+  // (zero padded); this rank owns chunk `rank`, which is shard elements
+  // [shardOffset, shardOffset + chunk).
+  size_t chunk = 0;
+  size_t shardOffset = 0;
+  tideCompressor_t gatherCompressor = nullptr;  // tideReducerAllGather's, made on first use
 };
 
 // The collectives the reducer issued, by purpose (TIDE_REDUCER_STATS).
@@ -69,7 +76,13 @@ struct tideReducer {
   bool findUnused = false;
   bool compress = false;
   tideCompressConfig_t compressConfig{};
-  tideStream_t stream = nullptr;  // the caller's, or NULL: the reducer's worker thread
+  bool reduceScatter = false;  // config->reduceScatter (reducer/scatter.cc)
+  void* shard = nullptr;       // config->shard
+  size_t shardCount = 0;       // elements of this rank's shard
+  bool haveGatherConfig = false;
+  tideCompressConfig_t gatherConfig{};  // of the buckets' gatherCompressor
+  tideStream_t stream = nullptr;        // the caller's, or NULL: the reducer's worker thread
+  std::unique_ptr<tide_reducer::StagingPool> pool;  // reduce-scatter mode (outlives worker)
   std::unique_ptr<tide_reducer::Worker> worker;
   std::string tracePath;     // TIDE_REDUCER_TRACE (rank 0 only)
   uint64_t fingerprint = 0;  // of the creation arguments (the same on every rank)
@@ -116,6 +129,30 @@ void freeBuckets(std::vector<Bucket>* buckets);
 // the NULL stream; *same tells whether every rank passed the same key.
 Err agree(tideReducer* r, uint64_t key, bool* same);
 Err agreeOn(tideComm_t comm, uint64_t key, bool* same);
+
+// scatter.cc: reduce-scatter mode. Sorts each bucket's gradients into
+// index order and sizes its padded staging, chunk and shard offset.
+void layoutScatter(tideReducer* r, std::vector<Bucket>* buckets);
+// Reduce-scatter mode's staging buffers (reducer/worker.h, StagingPool).
+constexpr int kStagingBuffers = 2;
+// Reduce-scatter mode: lends bucket b a staging buffer from the pool (if it
+// has none), and gives it back.
+void ensureStaging(tideReducer* r, Bucket& b);
+void releaseStaging(tideReducer* r, Bucket& b);
+// The reducer's staging bytes now and at most so far.
+void bufferBytes(tideReducer* r, size_t* current, size_t* peak);
+// Adds this rank's reduced chunk of bucket b (in its staging buffer) into
+// the shard, or with no shard copies it into the gradients it covers (the
+// caller's stream, after it synchronized).
+void addChunk(tideReducer* r, Bucket& b);
+// The copies of this rank's reduced chunk of b into the gradients.
+// (outs: the destinations instead of grads; an entry NULL: left out).
+std::vector<CopyBack> ownedCopies(const tideReducer* r, Bucket& b, void* const* outs = nullptr);
+Err getShard(tideReducer* r, tideReducerSegment_t* segments, int* nsegments, size_t* shardCount);
+Err allGather(tideReducer* r, const void* values, void* const* outs, int bucket,
+              const tideCompressConfig_t* compress);
+// Copies or validates a caller's compression config (its size field).
+Err copyCompressConfig(const tideCompressConfig_t* in, const char* what, tideCompressConfig_t* out);
 
 // reducer_state.cc: checkpoints.
 Err getState(tideReducer* r, void* buf, size_t* bytes);

@@ -30,6 +30,38 @@ struct CopyBack {
   size_t bytes = 0;
 };
 
+// Staging buffers of reduce-scatter mode, lent to a bucket from its first
+// MarkReady (or its launch) until its Reduce-Scatter is done (the worker
+// gives it back), so the staging is a few buffers made at creation (the
+// same bytes on every rank), not the whole gradient size: two of the
+// largest bucket's size (double buffering, one bucket in flight while the
+// next fills), or one per bucket when that is less. When every buffer is lent, acquire waits for a
+// bucket in flight to finish (each is bounded by the communicator's timeout); with none in flight
+// (the lent ones wait for marks) it makes one more. With `wait` false (no worker: the caller's
+// stream, whose buffers come back at Wait) none is made ahead and each is the bucket's size.
+// Thread-safe.
+class StagingPool {
+ public:
+  // made: the buffers made now (with wait); bufferBytes: a new one's size.
+  StagingPool(const std::vector<size_t>& made, size_t bufferBytes, bool wait);
+  std::vector<unsigned char> acquire(size_t bytes);
+  // The buffer now belongs to a job queued on the worker.
+  void inFlight();
+  // Given back (by a job: fromJob).
+  void release(std::vector<unsigned char> buf, bool fromJob);
+  // Bytes allocated now (lent or free) and at most so far.
+  void bytes(size_t* current, size_t* peak);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t bufferBytes_;
+  bool wait_;
+  std::vector<std::vector<unsigned char>> free_;
+  int inFlight_ = 0;
+  size_t current_ = 0, peak_ = 0;
+};
+
 struct Job {
   void* buf = nullptr;
   size_t count = 0;
@@ -37,7 +69,21 @@ struct Job {
   int bucket = 0;
   uint64_t step = 0;
   std::vector<CopyBack> copies;
+  // Reduce-scatter mode: an in-place Reduce-Scatter of recvcount elements
+  // per rank (this rank's chunk at recvOffset bytes into buf), whose result
+  // is then added into addTo.
+  bool scatter = false;
+  size_t recvcount = 0;
+  size_t recvOffset = 0;
+  void* addTo = nullptr;
+  // The staging buffer the job owns (buf points into it), given back to
+  // `pool` once the job ran.
+  std::vector<unsigned char> owned;
+  StagingPool* pool = nullptr;
 };
+
+// dst[i] += src[i] for n elements of dtype (float32 or float64).
+void addInto(void* dst, const void* src, size_t n, tideDataType_t dtype);
 
 // One bucket's communication, in microseconds of std::chrono::steady_clock.
 struct TraceEvent {

@@ -65,16 +65,45 @@ typedef struct {
   const tideCompressConfig_t* compress; /* NULL: no compression; else one compressor per bucket
                                            (copied at creation) */
   tideStream_t stream; /* NULL: the reducer's own host stream; else this host or CUDA stream */
-  int reserved[16];    /* keep zero */
+  /* Reduce-scatter mode (ZeRO stages 1-3; docs/overlap.md, "Reduce-scatter
+   * mode"). TIDE_CONFIG_UNDEF_INT or 0: every bucket is All-Reduced back into
+   * grads. 1: every bucket is Reduce-Scattered and this rank's chunk of it is
+   * ADDED into `shard` (the caller zeroes it when it has consumed it), grads
+   * left as they were; with shard NULL the chunk is instead written into the
+   * elements of grads it covers (the others keep this rank's own, unreduced
+   * values: ZeRO-1, whose gradients stay whole). The layout is then fixed at creation (the initial
+   * reverse-index packing; rebuildBuckets must be UNDEF or 0): a bucket of n
+   * elements holds its gradients in index order, padded with zeros to
+   * nranks*c elements (c = ceil(n / nranks)), and rank q owns chunk q. The
+   * shard is the concatenation of this rank's chunks in bucket launch order
+   * (tideReducerGetShard lists what each element is). In this mode
+   * MarkReady (of a synced step) copies the gradient into the bucket before
+   * returning, so the caller may reuse grads[i] at once (with shard NULL
+   * the elements it covers are written before Wait returns). */
+  int reduceScatter;
+  int reserved0;
+  void* shard; /* reduceScatter = 1: this rank's shard, tideReducerGetShard's shardCount elements,
+                  or NULL */
+  int reserved[12]; /* keep zero */
 } tideReducerConfig_t;
 
 #define TIDE_REDUCER_CONFIG_INITIALIZER                                              \
   {                                                                                  \
     sizeof(tideReducerConfig_t), 0, 0, TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, \
-        TIDE_CONFIG_UNDEF_INT, NULL, NULL, {                                         \
+        TIDE_CONFIG_UNDEF_INT, NULL, NULL, TIDE_CONFIG_UNDEF_INT, 0, NULL, {         \
       0                                                                              \
     }                                                                                \
   }
+
+/* One piece of a reduce-scatter mode shard: elements [offset, offset+count)
+ * of gradient `grad` are shard elements [shardOffset, shardOffset+count). */
+typedef struct {
+  int grad;
+  int bucket; /* the bucket it belongs to (launch order) */
+  size_t offset;
+  size_t count;
+  size_t shardOffset;
+} tideReducerSegment_t;
 
 /* Collective. Makes a reducer of the ngrads gradients grads[i] of counts[i]
  * elements of `datatype` (one datatype per reducer). config NULL: defaults.
@@ -116,6 +145,32 @@ tideResult_t tideReducerGetState(tideReducer_t reducer, void* buf, size_t* bytes
  * A corrupt, foreign or mismatched blob on any rank: tideInvalidArgument on
  * every rank, every reducer unchanged. */
 tideResult_t tideReducerSetState(tideReducer_t reducer, const void* buf, size_t bytes);
+
+/* Local; reduce-scatter mode only (tideInvalidUsage otherwise). This rank's
+ * shard: *shardCount its elements (padding included), *nsegments the number
+ * of segments, and, when segments is not NULL, the first min(*nsegments on
+ * entry, total) segments in shard order (shard elements no segment covers
+ * are padding: they receive zeros). */
+tideResult_t tideReducerGetShard(tideReducer_t reducer, tideReducerSegment_t* segments,
+                                 int* nsegments, size_t* shardCount);
+/* Collective, between steps; reduce-scatter mode only. The inverse of the
+ * reduce-scatter: every rank's shard of `values` (shardCount elements of the
+ * reducer's datatype, laid out as tideReducerGetShard says) is all-gathered
+ * bucket by bucket into outs[i] (counts[i] elements each; outs NULL: into
+ * grads[i]; outs[i] NULL: gradient i is not written), e.g. the parameters
+ * after each rank updated its shard. values NULL: this rank's elements are
+ * read in place from the destinations (its segments of outs[i], or grads).
+ * bucket >= 0: that bucket only (ZeRO-3 gathers a layer before its
+ * forward); -1: every bucket. With compress (a compressor per bucket, of
+ * the config given here, NULL: none), the all-gather is compressed. Blocking
+ * on the caller's thread, on the reducer's communicator. */
+tideResult_t tideReducerAllGather(tideReducer_t reducer, const void* values, void* const* outs,
+                                  int bucket, const tideCompressConfig_t* compress);
+
+/* Local. The bytes of the reducer's staging buffers now and at most so far
+ * (reduce-scatter mode lends a bucket its buffer only while the bucket is
+ * in flight, so this is what the steps needed; for memory accounting). */
+tideResult_t tideReducerGetBufferBytes(tideReducer_t reducer, size_t* current, size_t* peak);
 
 #ifdef __cplusplus
 }

@@ -60,7 +60,7 @@ const Ops kRef{ops::ref::linear_forward,
                ops::ref::attention_forward,
                true};
 
-void zero(std::vector<float>* v) { std::fill(v->begin(), v->end(), 0.0f); }
+void zero(mem::ActFloats* v) { std::fill(v->begin(), v->end(), 0.0f); }
 
 // out[n, :] += bias for every row.
 void add_bias(float* out, const float* bias, int N, int C) {
@@ -112,7 +112,7 @@ void GPT::make_slot(Acts* a) const {
   const size_t Fl = 4 * C / p_->tp().size;
   a->inputs.resize(N);
   a->targets.resize(N);
-  a->res.assign(static_cast<size_t>(L_) + 1, std::vector<float>(N * C));
+  a->res.assign(static_cast<size_t>(L_) + 1, mem::ActFloats(N * C));
   a->layers.resize(static_cast<size_t>(L_));
   for (Layer& L : a->layers) {
     L.ln1.resize(N * C);
@@ -166,12 +166,11 @@ size_t GPT::slot_floats() const {
   size_t n = 0;
   for (const auto& r : a.res) n += r.size();
   for (const Layer& L : a.layers)
-    for (const std::vector<float>* v :
-         {&L.ln1, &L.ln1_mean, &L.ln1_rstd, &L.qkv, &L.att, &L.attn_out, &L.res_mid, &L.ln2,
-          &L.ln2_mean, &L.ln2_rstd, &L.fc, &L.gelu, &L.d_mlp_proj, &L.d_fc, &L.d_attn_proj,
-          &L.d_qkv})
+    for (const mem::ActFloats* v : {&L.ln1, &L.ln1_mean, &L.ln1_rstd, &L.qkv, &L.att, &L.attn_out,
+                                    &L.res_mid, &L.ln2, &L.ln2_mean, &L.ln2_rstd, &L.fc, &L.gelu,
+                                    &L.d_mlp_proj, &L.d_fc, &L.d_attn_proj, &L.d_qkv})
       n += v->size();
-  for (const std::vector<float>* v :
+  for (const mem::ActFloats* v :
        {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.rowmax, &a.sums, &a.losses, &a.dlogits})
     n += v->size();
   return n;
@@ -304,7 +303,7 @@ void GPT::backward(int slot, const float* dout, float scale, Pass pass,
   const bool full = pass == Pass::kFull;
   // The weight and bias gradients of a linear layer now (kFull), or its
   // output gradient kept for the weight pass (kInput).
-  auto keep = [&](std::vector<float>* dst, const float* src, size_t n) {
+  auto keep = [&](mem::ActFloats* dst, const float* src, size_t n) {
     if (!full) dst->assign(src, src + n);
   };
   auto P = [&](int i) { return p_->params[static_cast<size_t>(i)].data.data(); };

@@ -99,7 +99,7 @@ class GPT {
   // Vl] (the columns v0 .. v0+Vl of the padded vocabulary). Head stage only.
   const float* logits(int slot = 0) const { return acts_[static_cast<size_t>(slot)].logits.data(); }
   // Per-token losses of the last forward with targets ([micro_batch·T]).
-  const std::vector<float>& token_losses(int slot = 0) const {
+  const mem::ActFloats& token_losses(int slot = 0) const {
     return acts_[static_cast<size_t>(slot)].losses;
   }
   int micro_batch() const { return B_; }
@@ -107,18 +107,18 @@ class GPT {
 
  private:
   struct Layer {
-    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, attn_out, res_mid;
-    std::vector<float> ln2, ln2_mean, ln2_rstd, fc, gelu;
+    mem::ActFloats ln1, ln1_mean, ln1_rstd, qkv, att, attn_out, res_mid;
+    mem::ActFloats ln2, ln2_mean, ln2_rstd, fc, gelu;
     // Pass::kInput: the linear layers' output gradients, for kWeight.
-    std::vector<float> d_mlp_proj, d_fc, d_attn_proj, d_qkv;
+    mem::ActFloats d_mlp_proj, d_fc, d_attn_proj, d_qkv;
   };
   struct Acts {
     bool used = false;
     std::vector<int> inputs, targets;
     // res[l]: the residual stream entering the stage's block l; res[L]: after the last.
-    std::vector<std::vector<float>> res;
+    std::vector<mem::ActFloats> res;
     std::vector<Layer> layers;
-    std::vector<float> lnf, lnf_mean, lnf_rstd, logits, rowmax, sums, losses, dlogits;
+    mem::ActFloats lnf, lnf_mean, lnf_rstd, logits, rowmax, sums, losses, dlogits;
   };
   void make_slot(Acts* a) const;
   void tp_sum(float* buf, size_t n);
@@ -131,7 +131,7 @@ class GPT {
   int B_, T_, C_, NH_, HS_, Vl_, v0_, nvalid_, L_;
   std::vector<Acts> acts_;
   // Gradient scratch, reused by every block.
-  std::vector<float> dres_, dln_, dqkv_, dattn_, dfc_, dgelu_, dlogits_, attn_scratch_;
+  mem::ActFloats dres_, dln_, dqkv_, dattn_, dfc_, dgelu_, dlogits_, attn_scratch_;
 };
 
 }  // namespace tide_train

@@ -2,6 +2,7 @@
 // initialisation (model/params.h).
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -71,8 +72,9 @@ bool Ownership::owns(const Param& p) const {
   return head;  // ln_f
 }
 
-ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own)
-    : m_(m), tp_(tp) {
+ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own,
+                   GradStorage grads)
+    : m_(m), tp_(tp), storage_(grads) {
   validate(m, tp.size);
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size;
   wte = add("transformer.wte.weight", {V, C}, Split::kRows, 1, true);
@@ -97,11 +99,54 @@ ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownersh
   }
   lnf_w = add("transformer.ln_f.weight", {C}, Split::kReplicated, 1, false);
   lnf_b = add("transformer.ln_f.bias", {C}, Split::kReplicated, 1, false);
+  for (Param& p : params) p.owned = own.owns(p);
+  allocate();
+}
+
+void ParamSet::allocate() {
+  size_t total = 0;
   for (Param& p : params) {
-    p.owned = own.owns(p);
-    if (!p.owned) {
-      p.data = {};
-      p.grad = {};
+    p.flat = total;
+    if (p.owned) total += static_cast<size_t>(p.rows * p.cols);
+  }
+  {
+    mem::Label l("the parameters (" + std::to_string(total) + " floats)");
+    data_buf_ = mem::Buffer(mem::Kind::kParams, total);
+  }
+  if (storage_ == GradStorage::kFull) {
+    mem::Label l("the gradients (" + std::to_string(total) + " floats)");
+    grad_buf_ = mem::Buffer(mem::Kind::kGrads, total);
+  } else {
+    // The largest block's gradients, twice; then one buffer per other tensor.
+    size_t block = 0;
+    for (const BlockParams& b : blocks) {
+      size_t n = 0;
+      for (int i = b.ln1_w; i <= b.mlp_proj_b; ++i)
+        if (params[static_cast<size_t>(i)].owned) n += params[static_cast<size_t>(i)].size_local();
+      block = std::max(block, n);
+    }
+    mem::Label l("the gradient buffers of two blocks (" + std::to_string(2 * block) + " floats)");
+    ring_.emplace_back(mem::Kind::kComm, block);
+    ring_.emplace_back(mem::Kind::kComm, block);
+  }
+  size_t in_block[2] = {0, 0};
+  int last_layer = -1;
+  for (Param& p : params) {
+    if (!p.owned) continue;
+    const size_t n = p.size_local();
+    p.data = FloatSpan{data_buf_.data() + p.flat, n};
+    if (storage_ == GradStorage::kFull) {
+      p.grad = FloatSpan{grad_buf_.data() + p.flat, n};
+    } else if (p.layer >= 0) {
+      const size_t r = static_cast<size_t>(p.layer % 2);
+      if (p.layer != last_layer) in_block[r] = 0;
+      last_layer = p.layer;
+      p.grad = FloatSpan{ring_[r].data() + in_block[r], n};
+      in_block[r] += n;
+    } else {
+      mem::Label l("the gradient buffer of " + p.name);
+      ring_.emplace_back(mem::Kind::kComm, n);
+      p.grad = FloatSpan{ring_.back().data(), n};
     }
   }
 }
@@ -132,8 +177,6 @@ int ParamSet::add(const std::string& name, std::vector<int64_t> shape, Split spl
       p.cols = cols / P;
       break;
   }
-  p.data.assign(static_cast<size_t>(p.rows * p.cols), 0.0f);
-  p.grad.assign(p.data.size(), 0.0f);
   params.push_back(std::move(p));
   return static_cast<int>(params.size()) - 1;
 }
@@ -170,7 +213,7 @@ void ParamSet::shard_from_full(int index, const float* full) {
   shard_into(index, full, params[static_cast<size_t>(index)].data.data());
 }
 
-void ParamSet::full_from_shard(int index, const std::vector<float>& all, float* full) const {
+void ParamSet::full_from_shard(int index, const float* all, float* full) const {
   const Param& p = params[static_cast<size_t>(index)];
   if (!p.owned) return;
   const int ranks = p.sharded() ? tp_.size : 1;

@@ -17,25 +17,54 @@
 #include <string>
 #include <vector>
 
+#include "mem/memory.h"
 #include "model/config.h"
 
 namespace tide_train {
 
 enum class Split { kReplicated, kRows, kCols };
 
+// A tensor's storage: a view of floats owned by the ParamSet's buffers
+// (mem/memory.h), so every tensor of the model is accounted for.
+struct FloatSpan {
+  float* ptr = nullptr;
+  size_t n = 0;
+  float* data() { return ptr; }
+  const float* data() const { return ptr; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  float& operator[](size_t i) { return ptr[i]; }
+  const float& operator[](size_t i) const { return ptr[i]; }
+  float* begin() { return ptr; }
+  float* end() { return ptr + n; }
+  const float* begin() const { return ptr; }
+  const float* end() const { return ptr + n; }
+};
+
+// Where the gradients live. kFull: one buffer of every held tensor's
+// gradient for the run (counted as grads). kLayerRing (ZeRO-2: the reduced
+// gradients live in the optimizer's shard): the blocks' gradients in two
+// block-sized buffers that alternate (block l in buffer l % 2; the caller
+// zeroes each gradient once the reducer has copied it), the embeddings' and
+// the final LayerNorm's in buffers of their own, all counted as
+// communication buffers.
+enum class GradStorage { kFull, kLayerRing };
+
 struct Param {
   std::string name;                 // nanoGPT's state_dict name
   std::vector<int64_t> full_shape;  // the whole tensor (wte: [V, C], unpadded)
   Split split = Split::kReplicated;
-  int blocks = 1;                 // kRows: row blocks each split across ranks
-  int64_t padded_rows = 0;        // kRows: rows after padding (wte: P·⌈V/P⌉), else full rows
-  bool decay = false;             // weight decay applies (2-D weights)
-  int layer = -1;                 // the block it belongs to (-1: embeddings and final LayerNorm)
-  bool owned = true;              // held by this rank (pipeline parallelism: its stages' tensors)
-  int64_t rows = 0, cols = 0;     // local shape (1-D tensors: rows = n, cols = 1)
-  std::vector<float> data, grad;  // empty when not owned
+  int blocks = 1;              // kRows: row blocks each split across ranks
+  int64_t padded_rows = 0;     // kRows: rows after padding (wte: P·⌈V/P⌉), else full rows
+  bool decay = false;          // weight decay applies (2-D weights)
+  int layer = -1;              // the block it belongs to (-1: embeddings and final LayerNorm)
+  bool owned = true;           // held by this rank (pipeline parallelism: its stages' tensors)
+  int64_t rows = 0, cols = 0;  // local shape (1-D tensors: rows = n, cols = 1)
+  size_t flat = 0;             // offset in the rank's flat order (held tensors, index order)
+  FloatSpan data, grad;        // empty when not owned
 
   size_t size() const { return data.size(); }
+  size_t size_local() const { return static_cast<size_t>(rows * cols); }  // held or not
   bool sharded() const { return split != Split::kReplicated; }
 };
 
@@ -58,7 +87,9 @@ class ParamSet {
  public:
   // Every tensor of the model is listed (the same indices on every rank);
   // those `own` excludes hold no data (size() 0).
-  ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own = Ownership());
+  ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own = Ownership(),
+           GradStorage grads = GradStorage::kFull);
+  GradStorage grad_storage() const { return storage_; }
 
   std::vector<Param> params;
   int wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
@@ -74,8 +105,7 @@ class ParamSet {
   // The same shard of a whole tensor into `out` (this rank's size of
   // `index`): the optimizer's moments, loaded from a checkpoint.
   void shard_into(int index, const float* full, float* out) const;
-  void full_from_shard(int index, const std::vector<float>& local_shards_of_all_ranks,
-                       float* full) const;
+  void full_from_shard(int index, const float* local_shards_of_all_ranks, float* full) const;
   // Where local element (row, col) of `index` lives in the whole tensor of
   // rank `rank`'s shard (-1: padding, not part of the whole tensor).
   int64_t full_offset(int index, int rank, int64_t row, int64_t col) const;
@@ -89,8 +119,12 @@ class ParamSet {
 
  private:
   int add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks, bool decay);
+  void allocate();
   ModelConfig m_;
   TensorParallel tp_;
+  GradStorage storage_;
+  mem::Buffer data_buf_, grad_buf_;  // every held tensor, flat order (kLayerRing: no grad_buf_)
+  std::vector<mem::Buffer> ring_;    // kLayerRing: two block buffers, then the others' own
 };
 
 }  // namespace tide_train

@@ -39,14 +39,40 @@ double Schedule::at(int64_t it) const {
   return min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * ratio)) * (lr - min_lr);
 }
 
-Optimizer::Optimizer(ParamSet* params, OptimConfig config, TpCollectives* tp)
+Optimizer::Optimizer(ParamSet* params, OptimConfig config, TpCollectives* tp, bool moments)
     : p_(params), cfg_(std::move(config)), tp_(tp) {
   if (cfg_.kind != "adamw" && cfg_.kind != "lamb")
     throw Error("--optimizer " + cfg_.kind + ": expected adamw or lamb");
-  for (const Param& p : p_->params) {
-    m_.emplace_back(p.size(), 0.0f);
-    v_.emplace_back(p.size(), 0.0f);
+  size_t at = 0;
+  for (size_t i = 0; i < p_->params.size(); ++i) {
+    const Param& p = p_->params[i];
+    if (p.size() == 0) continue;
+    segs_.push_back(Segment{static_cast<int>(i), 0, p.size(), at});
+    at += p.size();
   }
+  if (!moments) return;  // set_shard follows
+  mem::Label l("the optimizer's moments (" + std::to_string(2 * at) + " floats)");
+  m_.assign(at, 0.0f);
+  v_.assign(at, 0.0f);
+}
+
+void Optimizer::set_shard(std::vector<Segment> segments, size_t count, float* grads,
+                          TpCollectives* dp) {
+  segs_ = std::move(segments);
+  grads_ = grads;
+  sharded_ = true;
+  dp_ = dp;
+  mem::Floats<mem::Kind::kOptim>().swap(m_);  // released before the shard's are made
+  mem::Floats<mem::Kind::kOptim>().swap(v_);
+  mem::Label l("the optimizer's moments of this rank's shard (" + std::to_string(2 * count) +
+               " floats)");
+  m_.assign(count, 0.0f);
+  v_.assign(count, 0.0f);
+}
+
+float* Optimizer::grad_of(const Segment& s) const {
+  return grads_ != nullptr ? grads_ + s.at
+                           : p_->params[static_cast<size_t>(s.param)].grad.data() + s.offset;
 }
 
 void Optimizer::step(double lr, float grad_scale) {
@@ -67,16 +93,18 @@ void Optimizer::adamw(double lr, float gs) {
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
   const float eps = static_cast<float>(cfg_.eps);
-  for (size_t i = 0; i < p_->params.size(); ++i) {
-    Param& p = p_->params[i];
+  for (const Segment& s : segs_) {
+    Param& p = p_->params[static_cast<size_t>(s.param)];
     const float decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    adamw_update(p.data.data(), p.grad.data(), m_[i].data(), v_[i].data(), p.size(), gs, decay, b1,
-                 b2, bc2_sqrt, eps, step_size);
+    adamw_update(p.data.data() + s.offset, grad_of(s), m_.data() + s.at, v_.data() + s.at, s.n, gs,
+                 decay, b1, b2, bc2_sqrt, eps, step_size);
   }
 }
 
 // LAMB: Adam moments with bias correction, u = m̂/(√v̂ + eps) + wd·w, then
-// w −= lr·(‖w‖/‖u‖)·u per tensor (whole-tensor norms).
+// w −= lr·(‖w‖/‖u‖)·u per tensor (whole-tensor norms: a tensor's segments
+// summed, over the data-parallel group for a shard, over the tensor-parallel
+// group for a sharded tensor).
 void Optimizer::lamb(double lr, float gs) {
   const float bc1 = static_cast<float>(1.0 - std::pow(cfg_.beta1, static_cast<double>(t_)));
   const float bc2 = static_cast<float>(1.0 - std::pow(cfg_.beta2, static_cast<double>(t_)));
@@ -86,15 +114,15 @@ void Optimizer::lamb(double lr, float gs) {
   const bool tp = tp_ != nullptr && p_->tp().size > 1;
   // Pass 1: moments, and the squared norms of w and u (u recomputed in pass 2).
   std::vector<double> norms(2 * np, 0.0);
-  for (size_t i = 0; i < np; ++i) {
-    Param& p = p_->params[i];
+  for (const Segment& s : segs_) {
+    Param& p = p_->params[static_cast<size_t>(s.param)];
     const float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    const float* w = p.data.data();
-    float* g = p.grad.data();
-    float* m = m_[i].data();
-    float* v = v_[i].data();
+    const float* w = p.data.data() + s.offset;
+    float* g = grad_of(s);
+    float* m = m_.data() + s.at;
+    float* v = v_.data() + s.at;
     double ww = 0.0, uu = 0.0;
-    for (size_t k = 0; k < p.size(); ++k) {
+    for (size_t k = 0; k < s.n; ++k) {
       const float gk = g[k] * gs;
       g[k] = 0.0f;
       m[k] = m[k] * b1 + gk * (1.0f - b1);
@@ -105,25 +133,64 @@ void Optimizer::lamb(double lr, float gs) {
     }
     // Replicated tensors are whole on every rank: count them on one only.
     const bool counted = p.sharded() || !tp || p_->tp().rank == 0;
-    norms[2 * i] = counted ? ww : 0.0;
-    norms[2 * i + 1] = counted ? uu : 0.0;
+    norms[2 * static_cast<size_t>(s.param)] += counted ? ww : 0.0;
+    norms[2 * static_cast<size_t>(s.param) + 1] += counted ? uu : 0.0;
   }
+  if (dp_ != nullptr) dp_->allreduce_sum(norms.data(), norms.size());
   if (tp) tp_->allreduce_sum(norms.data(), norms.size());
-  for (size_t i = 0; i < np; ++i) {
-    Param& p = p_->params[i];
+  for (const Segment& s : segs_) {
+    Param& p = p_->params[static_cast<size_t>(s.param)];
     const float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    const float wn = static_cast<float>(std::sqrt(norms[2 * i]));
-    const float un = static_cast<float>(std::sqrt(norms[2 * i + 1]));
+    const float wn = static_cast<float>(std::sqrt(norms[2 * static_cast<size_t>(s.param)]));
+    const float un = static_cast<float>(std::sqrt(norms[2 * static_cast<size_t>(s.param) + 1]));
     const float trust = (wn > 0.0f && un > 0.0f) ? wn / un : 1.0f;
     const float rate = static_cast<float>(lr) * trust;
-    float* w = p.data.data();
-    const float* m = m_[i].data();
-    const float* v = v_[i].data();
-    for (size_t k = 0; k < p.size(); ++k) {
+    float* w = p.data.data() + s.offset;
+    const float* m = m_.data() + s.at;
+    const float* v = v_.data() + s.at;
+    for (size_t k = 0; k < s.n; ++k) {
       const float u = (m[k] / bc1) / (std::sqrt(v[k] / bc2) + eps) + wd * w[k];
       w[k] -= rate * u;
     }
   }
+}
+
+namespace {
+
+// Σ g² of n floats, in 1024-element blocks of 16 float lanes, each block's
+// sum added in double.
+double sum_squares(const float* g, size_t n) {
+  double s = 0.0;
+  for (size_t at = 0; at < n; at += 1024) {
+    const size_t end = std::min(n, at + 1024);
+    float lanes[16] = {};
+    size_t k = at;
+    for (; k + 16 <= end; k += 16)
+      for (int j = 0; j < 16; ++j) lanes[j] += g[k + j] * g[k + j];
+    double block = 0.0;
+    for (float x : lanes) block += x;
+    for (; k < end; ++k) block += static_cast<double>(g[k]) * g[k];
+    s += block;
+  }
+  return s;
+}
+
+}  // namespace
+
+double Optimizer::grad_norm_squared(int skip) const {
+  if (!sharded_) return tide_train::grad_norm_squared(*p_, tp_, skip);
+  const bool many = tp_ != nullptr && p_->tp().size > 1;
+  double parts[2] = {0.0, 0.0};  // sharded over TP, replicated
+  for (const Segment& s : segs_) {
+    if (s.param == skip) continue;
+    const Param& p = p_->params[static_cast<size_t>(s.param)];
+    parts[p.sharded() ? 0 : 1] += sum_squares(grad_of(s), s.n);
+  }
+  if (dp_ != nullptr) dp_->allreduce_sum(parts, 2);
+  if (!many) return parts[0] + parts[1];
+  double both = parts[0] + (p_->tp().rank == 0 ? parts[1] : 0.0);
+  tp_->allreduce_sum(&both, 1);
+  return both;
 }
 
 double grad_norm_squared(const ParamSet& params, TpCollectives* tp, int skip) {
@@ -132,20 +199,7 @@ double grad_norm_squared(const ParamSet& params, TpCollectives* tp, int skip) {
   for (size_t i = 0; i < params.params.size(); ++i) {
     const Param& p = params.params[i];
     if (static_cast<int>(i) == skip) continue;
-    double s = 0.0;
-    const float* g = p.grad.data();
-    for (size_t at = 0; at < p.size(); at += 1024) {
-      const size_t end = std::min(p.size(), at + 1024);
-      float lanes[16] = {};
-      size_t k = at;
-      for (; k + 16 <= end; k += 16)
-        for (int j = 0; j < 16; ++j) lanes[j] += g[k + j] * g[k + j];
-      double block = 0.0;
-      for (float x : lanes) block += x;
-      for (; k < end; ++k) block += static_cast<double>(g[k]) * g[k];
-      s += block;
-    }
-    (p.sharded() ? sharded : replicated) += s;
+    (p.sharded() ? sharded : replicated) += sum_squares(p.grad.data(), p.size());
   }
   if (!many) return sharded + replicated;
   // Summed over the group: sharded tensors' parts, replicated ones once.

@@ -30,31 +30,59 @@ struct Schedule {
   double at(int64_t it) const;
 };
 
+// A run of the elements the optimizer updates: n elements of parameter
+// `param` from local element `offset`, whose moments (and, when the
+// optimizer reads a shard of gradients, whose gradients) are at [at, at+n).
+struct Segment {
+  int param = 0;
+  size_t offset = 0, n = 0, at = 0;
+};
+
 class Optimizer {
  public:
-  // tp: the tensor-parallel collectives (null with one rank).
-  Optimizer(ParamSet* params, OptimConfig config, TpCollectives* tp);
-  // One update with rate lr from the parameters' grad (already reduced),
-  // each gradient first multiplied by grad_scale (clipping: clip_scale());
-  // advances the step count and leaves every gradient zero (the next step
-  // accumulates into them: no separate zeroing pass).
+  // Every element this rank holds (ZeRO 0): one segment per held tensor,
+  // gradients read from the parameters' grad. tp: the tensor-parallel
+  // collectives (null with one rank). moments false: none made yet (ZeRO:
+  // set_shard makes the shard's).
+  Optimizer(ParamSet* params, OptimConfig config, TpCollectives* tp, bool moments = true);
+  // ZeRO 1-3: only `segments` (this rank's shard of count elements, the
+  // rest padding), gradients read from `grads` (the shard, laid out as the
+  // segments say; null: from the parameters' grad at each segment's
+  // offset); dp: the data-parallel collectives (LAMB's whole-tensor norms,
+  // the gradient norm). The moments are made again (zero).
+  void set_shard(std::vector<Segment> segments, size_t count, float* grads, TpCollectives* dp);
+  // One update with rate lr from the (already reduced) gradients, each first
+  // multiplied by grad_scale (clipping: clip_scale()); advances the step
+  // count and leaves every gradient it read zero (the next step accumulates
+  // into them: no separate zeroing pass).
   void step(double lr, float grad_scale = 1.0f);
+  // The squared L2 norm of the gradients the optimizer reads, each whole
+  // tensor once (over the tensor- and, for a shard, data-parallel groups),
+  // parameter `skip` left out (-1: none).
+  double grad_norm_squared(int skip = -1) const;
 
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }
-  std::vector<std::vector<float>>& exp_avg() { return m_; }
-  std::vector<std::vector<float>>& exp_avg_sq() { return v_; }
+  // The moments, laid out as segments() say.
+  mem::Floats<mem::Kind::kOptim>& exp_avg() { return m_; }
+  mem::Floats<mem::Kind::kOptim>& exp_avg_sq() { return v_; }
+  const std::vector<Segment>& segments() const { return segs_; }
+  bool sharded() const { return sharded_; }
   const OptimConfig& config() const { return cfg_; }
 
  private:
+  float* grad_of(const Segment& s) const;
   void adamw(double lr, float gs);
   void lamb(double lr, float gs);
   ParamSet* p_;
   OptimConfig cfg_;
   TpCollectives* tp_;
+  TpCollectives* dp_ = nullptr;
+  float* grads_ = nullptr;  // the shard's gradients (null: the parameters')
+  bool sharded_ = false;    // set_shard was called
   int64_t t_ = 0;
-  std::vector<std::vector<float>> m_, v_;
-  std::vector<float> u_;  // LAMB's update, one tensor at a time
+  std::vector<Segment> segs_;
+  mem::Floats<mem::Kind::kOptim> m_, v_;
 };
 
 // The squared L2 norm of every parameter's gradient, each whole tensor once

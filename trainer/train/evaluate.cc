@@ -58,7 +58,7 @@ double Trainer::score_file(const std::string& path) {
     }
     forward_all(inputs_.data(), targets_.data());
     if (const GPT* head = head_chunk(); head != nullptr) {
-      const std::vector<float>& losses = head->token_losses();
+      const auto& losses = head->token_losses();
       for (size_t n = 0; n < static_cast<size_t>(real) * T; ++n) sum += losses[n];
     }
   }

@@ -88,6 +88,14 @@ std::vector<Entry> entries(Options* o) {
        "data-parallel gradient compression: none|fp16|bf16|int8|int4|topk:R|auto", &o->compress},
       {"--bucket-mb", "X", "gradient bucket size of the reducer (MiB); 0: the cost model's",
        &o->bucket_mb},
+      // Memory (docs/zero.md)
+      {"--zero", "N",
+       "ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 also gradients",
+       &o->zero},
+      {"--mem-cap", "BYTES",
+       "per-rank cap on the trainer's accounted memory (suffix K, M, G: powers of 1024); an "
+       "allocation past it is an error naming what did not fit; 0: none",
+       &o->mem_cap},
       // Data
       {"--data", "FILE|DIR",
        "training text (a file, or every regular file of a folder); "

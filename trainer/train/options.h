@@ -37,6 +37,9 @@ struct Options {
   // Data-parallel reduction
   std::string compress = "none";
   double bucket_mb = 25.0;
+  // Memory (docs/zero.md)
+  int zero = 0;
+  std::string mem_cap = "0";
   // Data and evaluation
   std::string data;  // empty: Debian's fortunes
   int64_t eval_every = 250;

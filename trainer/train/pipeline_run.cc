@@ -83,7 +83,7 @@ void PipelineRunner::send(const Action& a) {
     const size_t t = ch.send(gpt->output(slot_.at({chunk, mb})), gpt->activation_floats());
     act_sent_[{chunk, mb}] = {a.peer, t};
   } else {
-    std::vector<float>& d = dsend_.at({a.msg.stage, mb});
+    auto& d = dsend_.at({a.msg.stage, mb});
     ch.send(d.data(), d.size());
   }
 }

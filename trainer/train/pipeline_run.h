@@ -64,7 +64,7 @@ class PipelineRunner {
   // A message's identity: (grad, producing stage, micro-batch).
   using Key = std::tuple<bool, int, int>;
   struct Inbox {
-    std::vector<float> data;  // kept from step to step (the same messages every step)
+    mem::CommFloats data;  // kept from step to step (the same messages every step)
     int peer = 0;
     size_t ticket = 0;
     bool pending = false;  // posted this step and not yet consumed
@@ -88,7 +88,7 @@ class PipelineRunner {
   // activation send out of (chunk, mb)'s slot (waited for before the slot is reused).
   std::map<std::pair<int, int>, int> slot_;
   std::map<Key, Inbox> inbox_;
-  std::map<std::pair<int, int>, std::vector<float>> dsend_;
+  std::map<std::pair<int, int>, mem::CommFloats> dsend_;
   std::map<std::pair<int, int>, std::pair<int, size_t>> act_sent_;
 };
 

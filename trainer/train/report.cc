@@ -59,7 +59,7 @@ void Trainer::report(const StepRecord& r, double val_loss, bool has_val) {
   if (!leader()) return;
   if (has_val) val_curve_.emplace_back(r.step, val_loss);
   train_curve_.emplace_back(r.step, r.loss);
-  char json[512];
+  char json[768];
   int len = std::snprintf(
       json, sizeof json,
       "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.12g, \"step_ms\": "
@@ -72,7 +72,7 @@ void Trainer::report(const StepRecord& r, double val_loss, bool has_val) {
   if (has_val)
     len += std::snprintf(json + len, sizeof json - static_cast<size_t>(len),
                          ", \"val_loss\": %.12g", val_loss);
-  std::snprintf(json + len, sizeof json - static_cast<size_t>(len), "}");
+  std::snprintf(json + len, sizeof json - static_cast<size_t>(len), "%s}", memory_json().c_str());
   write_metrics_line(json);
   if (o_.log_every <= 0 || (r.step % o_.log_every != 0 && r.step + 1 != o_.steps && !has_val))
     return;

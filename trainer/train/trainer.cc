@@ -77,13 +77,15 @@ Trainer::Trainer(const Options& options) : o_(options) {
   model_.block_size = o_.ctx;
   model_.vocab_size = o_.vocab;
   groups_ = std::make_unique<Groups>();
-  if (o_.layout == "auto") {
+  // Every rank reports a bad --layout before any exits (the launcher stops
+  // the others once one exits).
+  check_all(o_.layout == "auto" || o_.layout == "manual",
+            "--layout " + o_.layout + ": expected manual or auto", "checking --layout");
+  if (o_.layout == "auto")
     plan::choose_layout(&o_, groups_->world, groups_->world_size, groups_->world_rank);
-  } else if (o_.layout != "manual") {
-    throw Error("--layout " + o_.layout + ": expected manual or auto");
-  }
   groups_->split(o_.dp, o_.tp, o_.pp);
   tp_coll_ = std::make_unique<TimedCollectives>(groups_->tp);
+  if (groups_->dp != nullptr) dp_coll_ = std::make_unique<TimedCollectives>(groups_->dp);
   // What may fail on one rank only (files) is agreed on by all (check_all).
   bool ok = true;
   std::string err;
@@ -94,6 +96,13 @@ Trainer::Trainer(const Options& options) : o_(options) {
       throw Error("--batch " + std::to_string(o_.batch) + " is not divisible by --dp " +
                   std::to_string(D) + " x --micro-batches " + std::to_string(o_.micro_batches));
     micro_ = o_.batch / (D * o_.micro_batches);
+    if (o_.zero < 0 || o_.zero > 3)
+      throw Error("--zero " + std::to_string(o_.zero) + ": expected 0, 1, 2 or 3");
+    if (o_.zero == 3) throw Error("--zero 3: not implemented yet (stages 0, 1 and 2 are)");
+    zero_ = D > 1 ? o_.zero : 0;  // one data-parallel rank: nothing to partition
+    if (zero_ >= 1 && !o_.dump_grads.empty())
+      throw Error("--dump-grads needs --zero 0 (ZeRO holds only a shard of the gradients)");
+    mem::set_cap(parse_bytes(o_.mem_cap));
     if (o_.vocab < 256)
       throw Error("--vocab " + std::to_string(o_.vocab) + ": byte-level data needs at least 256");
     setup_model();
@@ -104,7 +113,7 @@ Trainer::Trainer(const Options& options) : o_(options) {
     oc.beta2 = o_.beta2;
     oc.eps = o_.eps;
     oc.weight_decay = o_.weight_decay;
-    optim_ = std::make_unique<Optimizer>(params_.get(), oc, tp_coll_.get());
+    optim_ = std::make_unique<Optimizer>(params_.get(), oc, tp_coll_.get(), zero_ == 0);
     has_compress_ = parse_compress(o_.compress, &compress_, static_cast<uint64_t>(o_.seed));
     if (o_.score.empty() && (o_.steps > 0 || o_.eval_every > 0))
       data_ =
@@ -124,7 +133,15 @@ Trainer::Trainer(const Options& options) : o_(options) {
   const ModelConfig& m = model_;
   flops_per_token_ = 6.0 * static_cast<double>(params_->count_full(false)) +
                      12.0 * m.n_layer * m.n_head * m.head_size() * m.block_size;
-  setup_reducer();
+  // Every rank makes the same allocations and calls: a failure (--mem-cap)
+  // happens on all of them at the same point.
+  try {
+    setup_reducer();
+  } catch (const std::exception& e) {
+    ok = false;
+    err = e.what();
+  }
+  check_all(ok, err, "setting up the gradient reducer");
 }
 
 Ownership Trainer::ownership_of(int pp_rank) const {
@@ -157,7 +174,8 @@ void Trainer::setup_model() {
     throw Error(e.what());
   }
   TensorParallel tp{groups_->tp_size, groups_->tp_rank};
-  params_ = std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank));
+  const GradStorage storage = zero_ >= 2 && P == 1 ? GradStorage::kLayerRing : GradStorage::kFull;
+  params_ = std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank), storage);
   params_->init(static_cast<uint64_t>(o_.seed));
   // Each tensor's writer: the lowest pipeline rank holding it.
   owner_pp_.assign(params_->params.size(), 0);
@@ -216,13 +234,17 @@ void Trainer::setup_reducer() {
   if (groups_->dp == nullptr) return;
   std::vector<void*> grads;
   std::vector<size_t> counts;
+  std::vector<int> param_of;
+  size_t total = 0;
   reducer_id_.assign(params_->params.size(), -1);
   for (size_t i = 0; i < params_->params.size(); ++i) {
     Param& p = params_->params[i];
     if (!p.owned) continue;
     reducer_id_[i] = static_cast<int>(grads.size());
+    param_of.push_back(static_cast<int>(i));
     grads.push_back(p.grad.data());
     counts.push_back(p.grad.size());
+    total += p.grad.size();
   }
   tideReducerConfig_t rc = TIDE_REDUCER_CONFIG_INITIALIZER;
   rc.bucketBytes =
@@ -230,12 +252,42 @@ void Trainer::setup_reducer() {
   rc.firstBucketBytes = std::min<size_t>(rc.bucketBytes, size_t{1} << 20);
   rc.average = 1;
   rc.compress = has_compress_ ? &compress_ : nullptr;
+  const size_t D = static_cast<size_t>(groups_->dp_size);
+  if (zero_ >= 1) {
+    rc.reduceScatter = 1;
+    rc.rebuildBuckets = 0;
+    // ZeRO 2 without a pipeline: the reduced gradients live only in the
+    // shard. Otherwise (ZeRO 1, a pipeline's whole gradients) each rank's
+    // reduced chunk is written back into its whole gradients.
+    if (params_->grad_storage() == GradStorage::kLayerRing) {
+      // Each bucket pads to a multiple of D: at most D - 1 elements per
+      // gradient more than total / D.
+      mem::Label l("the reduced gradients' shard");
+      shard_grads_.assign((total + D - 1) / D + grads.size(), 0.0f);
+      rc.shard = shard_grads_.data();
+    }
+  }
   const tideResult_t r =
       tideReducerCreate(groups_->dp, static_cast<int>(grads.size()), grads.data(), counts.data(),
                         tideFloat32, &rc, &reducer_);
   if (r != tideSuccess)
     throw Error(std::string("creating the gradient reducer: ") + tideGetErrorString(r) + " (" +
                 tideReducerGetLastError(nullptr) + ")");
+  if (zero_ >= 1) setup_zero(param_of);
+  // The reducer's staging buffers (reduce-scatter mode: two buckets'
+  // worth, lent to the buckets in flight; else every bucket of several
+  // gradients), the same on every rank at creation.
+  mem::Label l("the gradient reducer's buckets");
+  track_reducer_memory(true);
+}
+
+void Trainer::track_reducer_memory(bool capped) {
+  size_t now = 0, peak = 0;
+  if (reducer_ == nullptr || tideReducerGetBufferBytes(reducer_, &now, &peak) != tideSuccess)
+    return;
+  mem::account(mem::Kind::kComm,
+               static_cast<long long>(now) - static_cast<long long>(reducer_bytes_), capped);
+  reducer_bytes_ = now;
 }
 
 // One optimizer step: M micro-batches forward and backward (the last one's
@@ -247,7 +299,7 @@ StepRecord Trainer::train_step(int64_t step) {
   double wait_s = 0.0;
   const int M = o_.micro_batches, T = o_.ctx;
   const int share = o_.batch / groups_->dp_size;
-  if (!grads_zero_) params_->zero_grads();  // the optimizer step leaves them zero
+  if (!grads_zero_) params_->zero_grads();  // ZeRO 0: the optimizer step leaves them zero
   grads_zero_ = false;
   double loss_sum = 0.0;
   const float scale = 1.0f / static_cast<float>(static_cast<int64_t>(share) * T);
@@ -273,16 +325,24 @@ StepRecord Trainer::train_step(int64_t step) {
                          groups_->dp_rank * share + j * micro_, micro_, inputs_.data(),
                          targets_.data());
       loss_sum += gpt_->forward(inputs_.data(), targets_.data());
-      if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, last ? 1 : 0), "SetSync");
+      // ZeRO 2: every micro-batch's gradients are reduce-scattered into
+      // the shard (which accumulates them), none kept whole.
+      const bool sync = last || zero_ >= 2;
+      const bool ring = params_->grad_storage() == GradStorage::kLayerRing;
+      if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, sync ? 1 : 0), "SetSync");
       std::function<void(int)> ready = [](int) {};
-      if (reducer_ != nullptr && last)
+      if (reducer_ != nullptr && sync)
         ready = [&](int i) {
           check_reducer(tideReducerMarkReady(reducer_, reducer_id_[static_cast<size_t>(i)]),
                         "MarkReady");
+          if (ring) {  // copied into the reducer's bucket: the buffer is free again
+            FloatSpan g = params_->params[static_cast<size_t>(i)].grad;
+            std::fill(g.begin(), g.end(), 0.0f);
+          }
         };
       gpt_->backward(scale, ready);
       if (reducer_ != nullptr) {
-        if (!last) mark_all_ready();
+        if (!sync) mark_all_ready();
         const auto tw = Clock::now();
         check_reducer(tideReducerWait(reducer_), "reducing the gradients (tideReducerWait)");
         wait_s += seconds_since(tw);
@@ -297,13 +357,21 @@ StepRecord Trainer::train_step(int64_t step) {
   // The tied embedding is held by the first and the last stage: count it once.
   const Param& wte = params_->params[static_cast<size_t>(params_->wte)];
   const bool wte_twice = pipe_ && wte.owned && groups_->pp_rank != 0;
-  double norm2 = grad_norm_squared(*params_, tp_coll_.get(), wte_twice ? params_->wte : -1);
+  const int skip = wte_twice ? params_->wte : -1;
+  double norm2 = zero_ >= 1 ? optim_->grad_norm_squared(skip)
+                            : grad_norm_squared(*params_, tp_coll_.get(), skip);
   allreduce(groups_->pp, &norm2, 1, tideSum);
   const double norm = std::sqrt(norm2);
   if (step == 0 && !o_.dump_grads.empty()) dump_grads(o_.dump_grads);
   const double lr = schedule_.at(step);
   optim_->step(lr, clip_scale(norm, o_.clip));
-  grads_zero_ = true;
+  // ZeRO 1-2 read the shard's gradients (zeroed by the step): the whole
+  // ones (stage 1, or a pipeline's) are zeroed at the next step's start.
+  grads_zero_ = zero_ == 0 || params_->grad_storage() == GradStorage::kLayerRing;
+  if (zero_ >= 1) gather_params();
+  // More staging only when a bucket waited for marks with every buffer lent
+  // (timing, so not held to --mem-cap here; counted).
+  track_reducer_memory(false);
 
   r.step = step;
   r.loss = loss;
@@ -348,6 +416,7 @@ int Trainer::run() {
                   data_->train().size(), data_->val().size());
     std::fflush(stdout);
   }
+  print_memory("start");
   for (int64_t s = first; s < o_.steps; ++s) {
     double val = 0.0;
     const bool eval = o_.eval_every > 0 && s % o_.eval_every == 0;
@@ -371,6 +440,7 @@ int Trainer::run() {
   if (o_.checkpoint_every > 0 && !o_.checkpoint_dir.empty() && o_.steps > first &&
       o_.steps % o_.checkpoint_every != 0)
     save_checkpoint_now(o_.steps);
+  print_memory("peak");  // the training's (the text of --sample stays the last line)
   if (!o_.export_path.empty()) {
     TensorFile f = gather_weights();
     if (leader()) write_safetensors(o_.export_path, f);

@@ -15,6 +15,7 @@
 
 #include "data/dataset.h"
 #include "io/safetensors.h"
+#include "mem/memory.h"
 #include "model/gpt.h"
 #include "model/params.h"
 #include "optim/optimizer.h"
@@ -43,6 +44,9 @@ struct StepRecord {
   double bubble = -1;  // pipeline parallelism: mean idle share of the stages (-1: none)
   int peak_slots = 0;  // pipeline: most micro-batches holding activations on a rank
 };
+
+// "--mem-cap" bytes (K, M, G suffixes: powers of 1024; Error otherwise).
+size_t parse_bytes(const std::string& s);
 
 class Trainer {
  public:
@@ -84,8 +88,21 @@ class Trainer {
   void write_metrics_line(const std::string& json);
   double measure_gemm_peak();
   void plot_curves();
-  std::vector<float> gather_full(int index, const std::vector<float>& local);
+  std::vector<float> gather_full(int index, const float* local, size_t n);
+  // The optimizer's first (second: second) moments as whole local tensors,
+  // per parameter (ZeRO: gathered over the data-parallel group; collective).
+  std::vector<std::vector<float>> local_moments(bool second);
   void check_all(bool ok, const std::string& detail, const std::string& what);
+  // ZeRO (train/zero.cc): the optimizer's shard from the reducer's layout
+  // (param_of: reducer index -> parameter), the updated parameters'
+  // all-gather, the formula's model-state bytes, the memory report.
+  void setup_zero(const std::vector<int>& param_of);
+  void gather_params();
+  // Counts the reducer's staging bytes (tideReducerGetBufferBytes) as comm.
+  void track_reducer_memory(bool capped);
+  double formula_bytes() const;
+  void print_memory(const char* when);
+  std::string memory_json() const;
   bool leader() const { return groups_->world_rank == 0; }
 
   Options o_;
@@ -107,6 +124,12 @@ class Trainer {
   bool has_compress_ = false;
   int micro_ = 1;  // sequences per micro-batch
   bool grads_zero_ = false;
+  int zero_ = 0;  // the ZeRO stage in effect (0 without data parallelism)
+  std::unique_ptr<TimedCollectives> dp_coll_;
+  mem::Floats<mem::Kind::kGrads> shard_grads_;  // ZeRO: this rank's reduced gradients
+  std::vector<void*> param_outs_;               // ZeRO: the all-gather's destinations
+  size_t shard_count_ = 0, shard_padding_ = 0;
+  size_t reducer_bytes_ = 0;  // the reducer's staging, as counted
   double peak_flops_ = 0.0, flops_per_token_ = 0.0;
   std::vector<int> inputs_, targets_;
   bool tty_ = false;

@@ -52,17 +52,16 @@ void Trainer::check_all(bool ok, const std::string& detail, const std::string& w
   throw ReportedError(msg);
 }
 
-std::vector<float> Trainer::gather_full(int index, const std::vector<float>& local) {
+std::vector<float> Trainer::gather_full(int index, const float* local, size_t n) {
   const Param& p = params_->params[static_cast<size_t>(index)];
   std::vector<float> full(static_cast<size_t>(product(p.full_shape)), 0.0f);
   if (!p.owned) {
     // Another pipeline stage holds it: its rank sends the whole tensor.
   } else if (p.sharded() && groups_->tp != nullptr) {
-    std::vector<float> all(local.size() * static_cast<size_t>(groups_->tp_size));
-    check_tide(
-        tideAllGather(local.data(), all.data(), local.size(), tideFloat32, groups_->tp, nullptr),
-        groups_->tp, "gathering " + p.name);
-    params_->full_from_shard(index, all, full.data());
+    std::vector<float> all(n * static_cast<size_t>(groups_->tp_size));
+    check_tide(tideAllGather(local, all.data(), n, tideFloat32, groups_->tp, nullptr), groups_->tp,
+               "gathering " + p.name);
+    params_->full_from_shard(index, all.data(), full.data());
   } else {
     params_->full_from_shard(index, local, full.data());
   }
@@ -71,12 +70,36 @@ std::vector<float> Trainer::gather_full(int index, const std::vector<float>& loc
   return full;
 }
 
+std::vector<std::vector<float>> Trainer::local_moments(bool second) {
+  auto& state = second ? optim_->exp_avg_sq() : optim_->exp_avg();
+  std::vector<std::vector<float>> local(params_->params.size());
+  for (size_t i = 0; i < local.size(); ++i) local[i].assign(params_->params[i].size(), 0.0f);
+  if (!optim_->sharded()) {
+    for (const Segment& s : optim_->segments())
+      std::copy(
+          state.begin() + static_cast<std::ptrdiff_t>(s.at),
+          state.begin() + static_cast<std::ptrdiff_t>(s.at + s.n),
+          local[static_cast<size_t>(s.param)].begin() + static_cast<std::ptrdiff_t>(s.offset));
+    return local;
+  }
+  // ZeRO: every rank's shard of the moments gathered into whole local tensors.
+  std::vector<void*> outs;
+  for (size_t i = 0; i < local.size(); ++i)
+    if (reducer_id_[i] >= 0) outs.push_back(local[i].data());
+  const tideResult_t r = tideReducerAllGather(reducer_, state.data(), outs.data(), -1, nullptr);
+  if (r != tideSuccess)
+    throw Error(std::string("gathering the optimizer's moments: ") + tideGetErrorString(r) + " (" +
+                tideReducerGetLastError(reducer_) + ")");
+  return local;
+}
+
 TensorFile Trainer::gather_weights() {
   TensorFile f;
   f.metadata = model_metadata(model_);
   for (size_t i = 0; i < params_->params.size(); ++i) {
     const Param& p = params_->params[i];
-    f.tensors[p.name] = Tensor{p.full_shape, gather_full(static_cast<int>(i), p.data)};
+    f.tensors[p.name] =
+        Tensor{p.full_shape, gather_full(static_cast<int>(i), p.data.data(), p.size())};
   }
   return f;
 }
@@ -130,7 +153,8 @@ void Trainer::dump_grads(const std::string& path) {
   f.metadata = model_metadata(model_);
   for (size_t i = 0; i < params_->params.size(); ++i) {
     const Param& p = params_->params[i];
-    f.tensors[p.name] = Tensor{p.full_shape, gather_full(static_cast<int>(i), p.grad)};
+    f.tensors[p.name] =
+        Tensor{p.full_shape, gather_full(static_cast<int>(i), p.grad.data(), p.size())};
   }
   bool ok = true;
   std::string err;
@@ -148,12 +172,13 @@ void Trainer::save_checkpoint_now(int64_t next_step) {
   c.step = next_step;
   c.model = gather_weights();
   c.optim.metadata = c.model.metadata;
-  for (size_t i = 0; i < params_->params.size(); ++i) {
-    const Param& p = params_->params[i];
-    c.optim.tensors[p.name + ".exp_avg"] =
-        Tensor{p.full_shape, gather_full(static_cast<int>(i), optim_->exp_avg()[i])};
-    c.optim.tensors[p.name + ".exp_avg_sq"] =
-        Tensor{p.full_shape, gather_full(static_cast<int>(i), optim_->exp_avg_sq()[i])};
+  for (int second = 0; second < 2; ++second) {
+    const std::vector<std::vector<float>> local = local_moments(second == 1);
+    for (size_t i = 0; i < params_->params.size(); ++i) {
+      const Param& p = params_->params[i];
+      c.optim.tensors[p.name + (second ? ".exp_avg_sq" : ".exp_avg")] =
+          Tensor{p.full_shape, gather_full(static_cast<int>(i), local[i].data(), local[i].size())};
+    }
   }
   // Every rank's reducer state (bucket layout, compression residuals), to
   // the writer: sizes first, then the padded blobs.
@@ -192,7 +217,10 @@ void Trainer::save_checkpoint_now(int64_t next_step) {
   nlohmann::json st;
   st["step"] = next_step;
   st["optimizer_steps"] = optim_->steps();
-  st["layout"] = {{"dp", groups_->dp_size}, {"tp", groups_->tp_size}, {"pp", groups_->pp_size}};
+  st["layout"] = {{"dp", groups_->dp_size},
+                  {"tp", groups_->tp_size},
+                  {"pp", groups_->pp_size},
+                  {"zero", zero_}};
   st["model"] = {{"n_layer", model_.n_layer},
                  {"n_head", model_.n_head},
                  {"n_embd", model_.n_embd},
@@ -267,15 +295,20 @@ int64_t Trainer::resume_if_asked() {
   }
   try {
     load_weights(c.model, o_.checkpoint_dir + " (model.safetensors)");
-    for (size_t i = 0; i < params_->params.size(); ++i) {
-      const Param& p = params_->params[i];
+    std::vector<float> local;
+    for (const Segment& s : optim_->segments()) {
+      const Param& p = params_->params[static_cast<size_t>(s.param)];
       for (const char* kind : {".exp_avg", ".exp_avg_sq"}) {
         auto it = c.optim.tensors.find(p.name + kind);
         if (it == c.optim.tensors.end() || it->second.shape != p.full_shape)
           throw Error("checkpoint optim.safetensors: missing or misshapen " + p.name + kind);
-        auto& dst =
-            std::string(kind) == ".exp_avg" ? optim_->exp_avg()[i] : optim_->exp_avg_sq()[i];
-        params_->shard_into(static_cast<int>(i), it->second.data.data(), dst.data());
+        local.assign(p.size(), 0.0f);
+        params_->shard_into(s.param, it->second.data.data(), local.data());
+        float* dst =
+            (std::string(kind) == ".exp_avg" ? optim_->exp_avg() : optim_->exp_avg_sq()).data() +
+            s.at;
+        std::copy(local.begin() + static_cast<std::ptrdiff_t>(s.offset),
+                  local.begin() + static_cast<std::ptrdiff_t>(s.offset + s.n), dst);
       }
     }
     optim_->set_steps(st.at("optimizer_steps").get<int64_t>());
@@ -288,7 +321,8 @@ int64_t Trainer::resume_if_asked() {
   // layout start afresh, as 1-bit Adam's do after a load).
   const bool same = st.at("layout").at("dp").get<int>() == groups_->dp_size &&
                     st.at("layout").at("tp").get<int>() == groups_->tp_size &&
-                    st.at("layout").value("pp", 1) == groups_->pp_size;
+                    st.at("layout").value("pp", 1) == groups_->pp_size &&
+                    st.at("layout").value("zero", 0) == zero_;
   std::string key =
       "reducer_tp" + std::to_string(groups_->tp_rank) + "_dp" + std::to_string(groups_->dp_rank);
   if (groups_->pp_size > 1) key += "_pp" + std::to_string(groups_->pp_rank);

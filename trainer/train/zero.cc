@@ -1,0 +1,158 @@
+// ZeRO stages 1 and 2 of tide-train over the data-parallel group, and the
+// memory report (docs/zero.md).
+//
+// The shard: the reducer in reduce-scatter mode owns the layout (buckets of
+// whole tensors, each padded to a multiple of D and split in D chunks; rank
+// q owns chunk q of every bucket). Its gradients of the step are added into
+// shard_grads_; the optimizer updates only the shard's elements (and holds
+// only their moments); the updated parameters are all-gathered back into
+// every rank's tensors, bucket by bucket, through the same layout.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "io/error.h"
+#include "train/trainer.h"
+
+namespace tide_train {
+
+namespace {
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", bytes / 1048576.0);
+  return b;
+}
+
+}  // namespace
+
+size_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  double mult = 1.0;
+  if (end != nullptr && *end != '\0') {
+    const std::string suf(end);
+    if (suf == "K" || suf == "k" || suf == "KiB")
+      mult = 1024.0;
+    else if (suf == "M" || suf == "MiB")
+      mult = 1048576.0;
+    else if (suf == "G" || suf == "GiB")
+      mult = 1073741824.0;
+    else
+      throw Error("--mem-cap " + s + ": expected BYTES with an optional K, M or G suffix");
+  }
+  if (end == s.c_str() || !(v >= 0.0)) throw Error("--mem-cap " + s + ": expected BYTES >= 0");
+  return static_cast<size_t>(v * mult);
+}
+
+// After the reducer exists (reduce-scatter mode): the shard's segments as
+// the optimizer's, and the buffers the parameters' all-gather uses.
+void Trainer::setup_zero(const std::vector<int>& param_of) {
+  int nseg = 0;
+  size_t count = 0;
+  auto check = [&](tideResult_t r) {
+    if (r != tideSuccess)
+      throw Error(std::string("tideReducerGetShard: ") + tideGetErrorString(r) + " (" +
+                  tideReducerGetLastError(reducer_) + ")");
+  };
+  check(tideReducerGetShard(reducer_, nullptr, &nseg, &count));
+  std::vector<tideReducerSegment_t> raw(static_cast<size_t>(nseg));
+  check(tideReducerGetShard(reducer_, raw.data(), &nseg, &count));
+  const bool own_grads = !shard_grads_.empty();
+  if (own_grads && count > shard_grads_.size())
+    throw Error("the reducer's shard (" + std::to_string(count) + " elements) is larger than " +
+                std::to_string(shard_grads_.size()));
+  std::vector<Segment> segs;
+  size_t covered = 0;
+  for (const tideReducerSegment_t& s : raw) {
+    segs.push_back(
+        Segment{param_of[static_cast<size_t>(s.grad)], s.offset, s.count, s.shardOffset});
+    covered += s.count;
+  }
+  shard_count_ = count;
+  shard_padding_ = count - covered;
+  if (own_grads) shard_grads_.resize(count);  // the padding bound's spare is never used
+  optim_->set_shard(std::move(segs), count, own_grads ? shard_grads_.data() : nullptr,
+                    dp_coll_.get());
+  param_outs_.clear();
+  for (Param& p : params_->params)
+    if (p.owned) param_outs_.push_back(p.data.data());
+}
+
+// ZeRO 1-2, after the optimizer step: every rank's updated shard of the
+// parameters into every rank's tensors (collective over the data-parallel
+// group).
+void Trainer::gather_params() {
+  // In place: each rank's updated elements are read from its tensors.
+  const tideResult_t r = tideReducerAllGather(reducer_, nullptr, param_outs_.data(), -1, nullptr);
+  if (r != tideSuccess)
+    throw Error(std::string("all-gathering the updated parameters (tideReducerAllGather): ") +
+                tideGetErrorString(r) + " (" + tideReducerGetLastError(reducer_) + ")");
+}
+
+// Model-state bytes per rank of ZeRO stage `zero` in fp32 (Rajbhandari et
+// al.: 4 bytes of parameters, 4 of gradients, 8 of Adam's moments per
+// parameter), psi this rank's parameters, nd the data-parallel ranks.
+double Trainer::formula_bytes() const {
+  const double psi = static_cast<double>(params_->count_local());
+  const double nd = groups_->dp_size;
+  const bool whole_grads = zero_ < 2 || params_->grad_storage() == GradStorage::kFull;
+  const double grads = whole_grads ? 4.0 * psi : 4.0 * psi / nd;
+  const double optim = zero_ >= 1 ? 8.0 * psi / nd : 8.0 * psi;
+  return 4.0 * psi + grads + optim;
+}
+
+// The process's peak resident memory (VmHWM of /proc/self/status) in
+// bytes, 0 when unknown.
+static size_t peak_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmHWM: %zu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
+
+void Trainer::print_memory(const char* when) {
+  if (!leader()) return;
+  const mem::Usage u = mem::usage();
+  const size_t* c = std::string(when) == "peak" ? u.peak : u.current;
+  const double states = static_cast<double>(c[0] + c[1] + c[2]);
+  std::printf(
+      "memory (%s, rank 0): params %s, grads %s, optim %s = model states %s; act %s, comm %s; "
+      "peak %s\n",
+      when, mib(static_cast<double>(c[0])).c_str(), mib(static_cast<double>(c[1])).c_str(),
+      mib(static_cast<double>(c[2])).c_str(), mib(states).c_str(),
+      mib(static_cast<double>(c[3])).c_str(), mib(static_cast<double>(c[4])).c_str(),
+      mib(static_cast<double>(u.peak_total)).c_str());
+  if (std::string(when) == "peak")
+    std::printf("memory (process, rank 0): VmHWM %s\n",
+                mib(static_cast<double>(peak_resident_bytes())).c_str());
+  if (std::string(when) == "start") {
+    const bool whole = zero_ < 2 || params_->grad_storage() == GradStorage::kFull;
+    std::printf(
+        "memory formula: ZeRO-%d fp32, psi %zu parameters on this rank, Nd %d: %s%s = %s "
+        "(measured/formula %.4f; shard padding %zu elements)\n",
+        zero_, params_->count_local(), groups_->dp_size,
+        zero_ == 0 ? "16 psi"
+        : whole    ? "8 psi + 8 psi/Nd"
+                   : "4 psi + 12 psi/Nd",
+        zero_ == 2 && whole ? " (pipeline: gradients held whole through the phase)" : "",
+        mib(formula_bytes()).c_str(), states / formula_bytes(), shard_padding_);
+  }
+  std::fflush(stdout);
+}
+
+std::string Trainer::memory_json() const {
+  const mem::Usage u = mem::usage();
+  char b[256];
+  std::snprintf(b, sizeof b,
+                ", \"mem_params\": %zu, \"mem_grads\": %zu, \"mem_optim\": %zu, \"mem_act\": %zu, "
+                "\"mem_comm\": %zu, \"mem_peak\": %zu",
+                u.current[0], u.current[1], u.current[2], u.current[3], u.current[4], u.peak_total);
+  return b;
+}
+
+}  // namespace tide_train
