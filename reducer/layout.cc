@@ -6,14 +6,15 @@
 namespace tide_reducer {
 
 Layout pack(const std::vector<int>& order, const std::vector<size_t>& counts, size_t elemSize,
-            const Sizes& sizes) {
+            const Sizes& sizes, const std::vector<int>& groups) {
   Layout out;
   size_t bytes = 0;
+  auto group = [&](int g) { return groups.empty() ? 0 : groups[static_cast<size_t>(g)]; };
   for (int g : order) {
     const size_t b = counts[static_cast<size_t>(g)] * elemSize;
     // The bucket being filled is out.back(); the first one has its own cap.
     const size_t capNow = out.size() == 1 ? sizes.firstBucketBytes : sizes.bucketBytes;
-    if (out.empty() || (bytes > 0 && bytes + b > capNow)) {
+    if (out.empty() || (bytes > 0 && bytes + b > capNow) || group(out.back().front()) != group(g)) {
       out.emplace_back();
       bytes = 0;
     }

@@ -28,8 +28,9 @@ using Layout = std::vector<std::vector<int>>;
 // Packs the gradients in `order` (a permutation of 0..n-1, first ready
 // first): a bucket takes the next gradient while its bytes stay within the
 // capacity (a gradient larger than it gets a bucket of its own).
+// groups (empty: none): a bucket never holds two groups' gradients.
 Layout pack(const std::vector<int>& order, const std::vector<size_t>& counts, size_t elemSize,
-            const Sizes& sizes);
+            const Sizes& sizes, const std::vector<int>& groups = {});
 // The initial order: reverse index order (a backward pass produces the last
 // layer's gradients first).
 std::vector<int> reverseOrder(int n);

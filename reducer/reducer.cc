@@ -107,7 +107,13 @@ Err parseArgs(int ngrads, void* const* grads, const size_t* counts, tideDataType
   if (e.ok()) e = flag(c.average, true, "average", &r->average);
   if (e.ok()) e = flag(c.findUnused, false, "findUnused", &r->findUnused);
   if (e.ok()) e = flag(c.reduceScatter, false, "reduceScatter", &r->reduceScatter);
+  if (e.ok())
+    e = flag(c.gatherAsync == 0 ? TIDE_CONFIG_UNDEF_INT : c.gatherAsync, false, "gatherAsync",
+             &r->gatherAsync);
   if (!e.ok()) return e;
+  if (r->gatherAsync && !r->reduceScatter)
+    return fail(tideInvalidArgument, "config->gatherAsync 1 needs reduceScatter 1");
+  if (c.groups != nullptr) r->groups.assign(c.groups, c.groups + ngrads);
   if (r->reduceScatter) {
     if (c.rebuildBuckets == 1)
       return fail(tideInvalidArgument,
@@ -141,7 +147,9 @@ uint64_t fingerprintOf(const tideReducer* r, size_t rawBucketBytes) {
   h = fnv(&rawBucketBytes, sizeof(rawBucketBytes), h);
   h = fnv(&r->sizes.firstBucketBytes, sizeof(size_t), h);
   const int flags = (r->rebuild ? 1 : 0) | (r->average ? 2 : 0) | (r->findUnused ? 4 : 0) |
-                    (r->compress ? 8 : 0) | (r->reduceScatter ? 16 : 0);
+                    (r->compress ? 8 : 0) | (r->reduceScatter ? 16 : 0) |
+                    (r->gatherAsync ? 32 : 0) | (r->groups.empty() ? 0 : 64);
+  h = fnv(r->groups.data(), r->groups.size() * sizeof(int), h);
   h = fnv(&flags, sizeof(flags), h);
   if (r->compress) {
     const tideCompressConfig_t& c = r->compressConfig;
@@ -196,7 +204,7 @@ Err launchScatter(tideReducer* r, size_t bi) {
     if (r->shard != nullptr) {
       job.addTo = static_cast<unsigned char*>(r->shard) + b.shardOffset * r->elemSize;
     } else {
-      job.copies = ownedCopies(r, b);
+      job.copies = ownedCopies(r, b, b.staging.data());
     }
     job.owned = std::move(b.staging);  // back to the pool once reduced
     b.staging = {};
@@ -291,7 +299,7 @@ Err rebuildFromOrder(tideReducer* r) {
   if (!isPermutation(order, r->ngrads))
     return fail(tideInternalError, "step %llu: rank 0's readiness order is not a permutation",
                 currentStep(r));
-  const Layout layout = pack(order, r->counts, r->elemSize, r->sizes);
+  const Layout layout = pack(order, r->counts, r->elemSize, r->sizes, r->groups);
   bool same = false;
   Err e = agree(r, layoutHash(layout), &same);
   if (!e.ok()) return e;
@@ -402,8 +410,19 @@ Err create(tideComm_t comm, int ngrads, void* const* grads, const size_t* counts
     r->worker = std::make_unique<Worker>(comm, r->dtype, r->elemSize,
                                          r->average ? tideAvg : tideSum, !r->tracePath.empty());
   }
+  if (r->gatherAsync) {
+    // The all-gathers' own communicator and thread (every rank splits here).
+    tideComm_t g = nullptr;
+    rc = tideCommSplit(comm, 0, r->rank, &g, nullptr);
+    if (rc != tideSuccess)
+      return fail(rc, "making the all-gather communicator (tideCommSplit) failed: %s",
+                  tideGetLastError(comm));
+    r->gatherComm = g;
+    r->gatherWorker = std::make_unique<Worker>(g, r->dtype, r->elemSize, tideSum, false);
+  }
   std::vector<Bucket> buckets;
-  e = applyLayout(r, pack(reverseOrder(ngrads), r->counts, r->elemSize, r->sizes), &buckets);
+  e = applyLayout(r, pack(reverseOrder(ngrads), r->counts, r->elemSize, r->sizes, r->groups),
+                  &buckets);
   if (!e.ok()) return e;
   installBuckets(r, &buckets);
   return okay();
@@ -532,9 +551,13 @@ Err drainAll(tideReducer* r) {
 
 void destroy(tideReducer* r) {
   drainAll(r);
+  r->gatherWorker.reset();  // its queued gathers finish first
   freeBuckets(&r->buckets);
   r->worker.reset();
   r->pool.reset();
+  r->gatherPool.reset();
+  if (r->gatherComm != nullptr) tideCommDestroy(r->gatherComm);
+  r->gatherComm = nullptr;
 }
 
 }  // namespace tide_reducer

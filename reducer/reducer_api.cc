@@ -209,3 +209,27 @@ TIDE_REDUCER_API tideResult_t tideReducerGetBufferBytes(tideReducer_t reducer, s
     return Err{};
   });
 }
+
+TIDE_REDUCER_API tideResult_t tideReducerAllGatherStart(tideReducer_t reducer, const void* values,
+                                                        void* const* outs, int bucket,
+                                                        const tideCompressConfig_t* compress) {
+  return locked("tideReducerAllGatherStart", reducer,
+                [&] { return tide_reducer::gatherStart(reducer, values, outs, bucket, compress); });
+}
+
+TIDE_REDUCER_API tideResult_t tideReducerAllGatherWait(tideReducer_t reducer, int bucket) {
+  return locked("tideReducerAllGatherWait", reducer,
+                [&] { return tide_reducer::gatherWait(reducer, bucket); });
+}
+
+TIDE_REDUCER_API tideResult_t tideReducerGetLayout(tideReducer_t reducer, int* bucketOf,
+                                                   int* nbuckets) {
+  return locked("tideReducerGetLayout", reducer, [&]() -> Err {
+    if (nbuckets == nullptr) return fail(tideInvalidArgument, "nbuckets is NULL");
+    *nbuckets = static_cast<int>(reducer->buckets.size());
+    if (bucketOf != nullptr)
+      for (int g = 0; g < reducer->ngrads; ++g)
+        bucketOf[g] = reducer->bucketOf[static_cast<size_t>(g)];
+    return Err{};
+  });
+}

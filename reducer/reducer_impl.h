@@ -44,6 +44,7 @@ struct Bucket {
   size_t chunk = 0;
   size_t shardOffset = 0;
   tideCompressor_t gatherCompressor = nullptr;  // tideReducerAllGather's, made on first use
+  uint64_t gatherSeq = 0;  // gatherAsync: the gather thread's number of its last gather
 };
 
 // The collectives the reducer issued, by purpose (TIDE_REDUCER_STATS).
@@ -80,6 +81,12 @@ struct tideReducer {
   void* shard = nullptr;       // config->shard
   size_t shardCount = 0;       // elements of this rank's shard
   bool haveGatherConfig = false;
+  bool gatherAsync = false;         // config->gatherAsync
+  std::vector<int> groups;          // config->groups (empty: none)
+  tideComm_t gatherComm = nullptr;  // gatherAsync: split from comm at creation
+  std::unique_ptr<tide_reducer::StagingPool> gatherPool;
+  std::unique_ptr<tide_reducer::Worker> gatherWorker;
+  uint64_t gatherSeq = 0;               // the last gather started
   tideCompressConfig_t gatherConfig{};  // of the buckets' gatherCompressor
   tideStream_t stream = nullptr;        // the caller's, or NULL: the reducer's worker thread
   std::unique_ptr<tide_reducer::StagingPool> pool;  // reduce-scatter mode (outlives worker)
@@ -146,11 +153,17 @@ void bufferBytes(tideReducer* r, size_t* current, size_t* peak);
 // caller's stream, after it synchronized).
 void addChunk(tideReducer* r, Bucket& b);
 // The copies of this rank's reduced chunk of b into the gradients.
-// (outs: the destinations instead of grads; an entry NULL: left out).
-std::vector<CopyBack> ownedCopies(const tideReducer* r, Bucket& b, void* const* outs = nullptr);
+// Its chunk in `buf` (a staging buffer of the bucket); outs: the
+// destinations instead of grads (an entry NULL: left out).
+std::vector<CopyBack> ownedCopies(const tideReducer* r, const Bucket& b, unsigned char* buf,
+                                  void* const* outs = nullptr);
 Err getShard(tideReducer* r, tideReducerSegment_t* segments, int* nsegments, size_t* shardCount);
+// gather.cc: the all-gathers (AllGather = Start + Wait).
 Err allGather(tideReducer* r, const void* values, void* const* outs, int bucket,
               const tideCompressConfig_t* compress);
+Err gatherStart(tideReducer* r, const void* values, void* const* outs, int bucket,
+                const tideCompressConfig_t* compress);
+Err gatherWait(tideReducer* r, int bucket);
 // Copies or validates a caller's compression config (its size field).
 Err copyCompressConfig(const tideCompressConfig_t* in, const char* what, tideCompressConfig_t* out);
 

@@ -45,6 +45,8 @@ void layoutScatter(tideReducer* r, std::vector<Bucket>* buckets) {
     const size_t k = kStagingBuffers;
     if (sum > k * largest) each.assign(k, largest);
     r->pool = std::make_unique<StagingPool>(each, largest, r->worker != nullptr);
+    if (r->gatherWorker != nullptr)
+      r->gatherPool = std::make_unique<StagingPool>(each, largest, true);
   }
 }
 
@@ -62,6 +64,12 @@ void releaseStaging(tideReducer* r, Bucket& b) {
 void bufferBytes(tideReducer* r, size_t* current, size_t* peak) {
   if (r->pool != nullptr) {
     r->pool->bytes(current, peak);
+    if (r->gatherPool != nullptr) {
+      size_t c = 0, p = 0;
+      r->gatherPool->bytes(&c, &p);
+      *current += c;
+      *peak += p;
+    }
     return;
   }
   *current = 0;
@@ -69,7 +77,8 @@ void bufferBytes(tideReducer* r, size_t* current, size_t* peak) {
   *peak = *current;
 }
 
-std::vector<CopyBack> ownedCopies(const tideReducer* r, Bucket& b, void* const* outs) {
+std::vector<CopyBack> ownedCopies(const tideReducer* r, const Bucket& b, unsigned char* buf,
+                                  void* const* outs) {
   std::vector<CopyBack> out;
   const size_t lo = static_cast<size_t>(r->rank) * b.chunk, hi = lo + b.chunk;
   for (size_t k = 0; k < b.grads.size(); ++k) {
@@ -80,7 +89,7 @@ std::vector<CopyBack> ownedCopies(const tideReducer* r, Bucket& b, void* const* 
     void* base = outs != nullptr ? outs[g] : r->grads[g];
     if (base == nullptr) continue;
     out.push_back(CopyBack{static_cast<unsigned char*>(base) + (s - b.offsets[k]) * r->elemSize,
-                           b.staging.data() + s * r->elemSize, (e - s) * r->elemSize});
+                           buf + s * r->elemSize, (e - s) * r->elemSize});
   }
   return out;
 }
@@ -88,7 +97,8 @@ std::vector<CopyBack> ownedCopies(const tideReducer* r, Bucket& b, void* const* 
 void addChunk(tideReducer* r, Bucket& b) {
   if (b.chunk == 0) return;
   if (r->shard == nullptr) {
-    for (const CopyBack& c : ownedCopies(r, b)) std::memcpy(c.dst, c.src, c.bytes);
+    for (const CopyBack& c : ownedCopies(r, b, b.staging.data()))
+      std::memcpy(c.dst, c.src, c.bytes);
     return;
   }
   addInto(static_cast<unsigned char*>(r->shard) + b.shardOffset * r->elemSize,
@@ -134,89 +144,6 @@ Err getShard(tideReducer* r, tideReducerSegment_t* segments, int* nsegments, siz
   }
   *nsegments = n;
   *shardCount = r->shardCount;
-  return okay();
-}
-
-namespace {
-
-bool sameConfig(const tideCompressConfig_t& a, const tideCompressConfig_t& b) {
-  return a.codec == b.codec && a.blockSize == b.blockSize && a.topkRatio == b.topkRatio &&
-         a.errorFeedback == b.errorFeedback && a.stochasticRounding == b.stochasticRounding &&
-         a.interNodeOnly == b.interNodeOnly && a.seed == b.seed;
-}
-
-// The gather compressors for `config` (made on first use; a new config
-// replaces the old ones).
-Err gatherCompressors(tideReducer* r, const tideCompressConfig_t& config) {
-  if (r->haveGatherConfig && !sameConfig(r->gatherConfig, config)) {
-    for (Bucket& b : r->buckets) {
-      if (b.gatherCompressor != nullptr) tideCompressorDestroy(b.gatherCompressor);
-      b.gatherCompressor = nullptr;
-    }
-  }
-  r->gatherConfig = config;
-  r->haveGatherConfig = true;
-  for (Bucket& b : r->buckets) {
-    if (b.gatherCompressor != nullptr || b.chunk == 0) continue;
-    const tideResult_t rc = tideCompressorCreate(r->comm, &config, &b.gatherCompressor);
-    if (rc != tideSuccess)
-      return fail(rc, "making a bucket's all-gather compressor failed: %s",
-                  tideGetLastError(r->comm));
-  }
-  return okay();
-}
-
-}  // namespace
-
-Err allGather(tideReducer* r, const void* values, void* const* outs, int bucket,
-              const tideCompressConfig_t* compress) {
-  if (!r->reduceScatter)
-    return fail(tideInvalidUsage,
-                "tideReducerAllGather: the reducer is not in reduce-scatter mode");
-  if (r->inStep)
-    return fail(tideInvalidUsage, "tideReducerAllGather inside step %llu (call it after Wait)",
-                currentStep(r));
-  const int nb = static_cast<int>(r->buckets.size());
-  if (bucket < -1 || bucket >= nb)
-    return fail(tideInvalidArgument, "bucket %d out of range [-1, %d)", bucket, nb);
-  tideCompressConfig_t cfg{};
-  if (compress != nullptr) {
-    Err e = copyCompressConfig(compress, "compress", &cfg);
-    if (e.ok()) e = gatherCompressors(r, cfg);
-    if (!e.ok()) return e;
-  }
-  Err d = drainAll(r);
-  if (!d.ok()) return d;
-  const size_t q = static_cast<size_t>(r->rank);
-  for (int bi = bucket < 0 ? 0 : bucket; bi < (bucket < 0 ? nb : bucket + 1); ++bi) {
-    Bucket& b = r->buckets[static_cast<size_t>(bi)];
-    if (b.chunk == 0) continue;
-    ensureStaging(r, b);
-    unsigned char* mine = b.staging.data() + q * b.chunk * r->elemSize;
-    if (values != nullptr) {
-      std::memcpy(mine, static_cast<const unsigned char*>(values) + b.shardOffset * r->elemSize,
-                  b.chunk * r->elemSize);
-    } else {  // this rank's elements are in place in the destinations
-      std::memset(mine, 0, b.chunk * r->elemSize);
-      for (const CopyBack& c : ownedCopies(r, b, outs))
-        std::memcpy(const_cast<void*>(c.src), c.dst, c.bytes);
-    }
-    const tideResult_t rc =
-        compress != nullptr
-            ? tideAllGatherCompressed(mine, b.staging.data(), b.chunk, r->dtype, b.gatherCompressor,
-                                      r->comm, nullptr)
-            : tideAllGather(mine, b.staging.data(), b.chunk, r->dtype, r->comm, nullptr);
-    if (rc != tideSuccess)
-      return fail(rc, "bucket %d's All-Gather failed: %s (%s)", bi, tideGetErrorString(rc),
-                  tideGetLastError(r->comm));
-    for (size_t k = 0; k < b.grads.size(); ++k) {
-      const size_t g = static_cast<size_t>(b.grads[k]);
-      void* dst = outs != nullptr ? outs[g] : r->grads[g];
-      if (dst == nullptr || r->counts[g] == 0) continue;
-      std::memcpy(dst, b.staging.data() + b.offsets[k] * r->elemSize, r->counts[g] * r->elemSize);
-    }
-    releaseStaging(r, b);
-  }
   return okay();
 }
 

@@ -80,13 +80,25 @@ void StagingPool::bytes(size_t* current, size_t* peak) {
   *peak = peak_;
 }
 
-void Worker::submit(Job job) {
+uint64_t Worker::submit(Job job) {
+  uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(job));
-    submitted_++;
+    seq = ++submitted_;
   }
   cv_.notify_one();
+  return seq;
+}
+
+tideResult_t Worker::waitFor(uint64_t seq, std::string* msg) {
+  std::unique_lock<std::mutex> lock(mu_);
+  doneCv_.wait(lock, [&] { return finished_ >= seq; });
+  const tideResult_t e = error_;
+  if (msg != nullptr) *msg = errorMsg_;
+  error_ = tideSuccess;
+  errorMsg_.clear();
+  return e;
 }
 
 tideResult_t Worker::drain(std::string* msg) {
@@ -122,7 +134,12 @@ void Worker::loop() {
     // no-progress timeout, ended by tideCommAbort.
     tideResult_t rc;
     unsigned char* recv = static_cast<unsigned char*>(job.buf) + job.recvOffset;
-    if (job.scatter) {
+    if (job.gather) {
+      rc = job.compressor != nullptr
+               ? tideAllGatherCompressed(recv, job.buf, job.recvcount, dtype_, job.compressor,
+                                         comm_, nullptr)
+               : tideAllGather(recv, job.buf, job.recvcount, dtype_, comm_, nullptr);
+    } else if (job.scatter) {
       rc = job.compressor != nullptr
                ? tideReduceScatterCompressed(job.buf, recv, job.recvcount, dtype_, op_,
                                              job.compressor, comm_, nullptr)
@@ -146,7 +163,9 @@ void Worker::loop() {
       error_ = rc;
       char buf[64];
       snprintf(buf, sizeof(buf), "bucket %d's %s failed: ", job.bucket,
-               job.scatter ? "Reduce-Scatter" : "All-Reduce");
+               job.gather    ? "All-Gather"
+               : job.scatter ? "Reduce-Scatter"
+                             : "All-Reduce");
       errorMsg_ = buf + detail;
     }
     if (trace_ && events_.size() < (size_t{1} << 20))

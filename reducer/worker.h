@@ -73,6 +73,7 @@ struct Job {
   // per rank (this rank's chunk at recvOffset bytes into buf), whose result
   // is then added into addTo.
   bool scatter = false;
+  bool gather = false;  // an in-place All-Gather of recvcount per rank (this rank's at recvOffset)
   size_t recvcount = 0;
   size_t recvOffset = 0;
   void* addTo = nullptr;
@@ -103,7 +104,11 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  void submit(Job job);
+  // Returns the job's number (1, 2, ...: submission order).
+  uint64_t submit(Job job);
+  // Blocks until job `seq` and every one before it ran; the first failure
+  // since the last drain or waitFor (tideSuccess: none).
+  tideResult_t waitFor(uint64_t seq, std::string* msg);
   // Blocks until every submitted job has run (each is bounded by the
   // communicator's timeout); the first failure since the last drain, as
   // code and message (tideSuccess: none).

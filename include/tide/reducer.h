@@ -71,8 +71,9 @@ typedef struct {
    * ADDED into `shard` (the caller zeroes it when it has consumed it), grads
    * left as they were; with shard NULL the chunk is instead written into the
    * elements of grads it covers (the others keep this rank's own, unreduced
-   * values: ZeRO-1, whose gradients stay whole). The layout is then fixed at creation (the initial
-   * reverse-index packing; rebuildBuckets must be UNDEF or 0): a bucket of n
+   * values: ZeRO-1, whose gradients stay whole). The layout is then fixed at
+   * creation (the initial reverse-index packing, within `groups`;
+   * rebuildBuckets must be UNDEF or 0): a bucket of n
    * elements holds its gradients in index order, padded with zeros to
    * nranks*c elements (c = ceil(n / nranks)), and rank q owns chunk q. The
    * shard is the concatenation of this rank's chunks in bucket launch order
@@ -81,16 +82,24 @@ typedef struct {
    * returning, so the caller may reuse grads[i] at once (with shard NULL
    * the elements it covers are written before Wait returns). */
   int reduceScatter;
-  int reserved0;
+  /* Reduce-scatter mode: TIDE_CONFIG_UNDEF_INT or 0: tideReducerAllGatherStart
+   * gathers at once on the caller's thread; 1: the reducer makes a second
+   * communicator (tideCommSplit of comm, at creation) and a thread for the
+   * all-gathers, so they run while the caller computes and while the
+   * step's Reduce-Scatters are in flight (ZeRO-3's parameter prefetch). */
+  int gatherAsync;
   void* shard; /* reduceScatter = 1: this rank's shard, tideReducerGetShard's shardCount elements,
                   or NULL */
-  int reserved[12]; /* keep zero */
+  /* NULL, or ngrads group numbers: a bucket never holds gradients of two
+   * groups (ZeRO-3 gathers one layer's tensors as its own buckets). */
+  const int* groups;
+  int reserved[10]; /* keep zero */
 } tideReducerConfig_t;
 
 #define TIDE_REDUCER_CONFIG_INITIALIZER                                              \
   {                                                                                  \
     sizeof(tideReducerConfig_t), 0, 0, TIDE_CONFIG_UNDEF_INT, TIDE_CONFIG_UNDEF_INT, \
-        TIDE_CONFIG_UNDEF_INT, NULL, NULL, TIDE_CONFIG_UNDEF_INT, 0, NULL, {         \
+        TIDE_CONFIG_UNDEF_INT, NULL, NULL, TIDE_CONFIG_UNDEF_INT, 0, NULL, NULL, {   \
       0                                                                              \
     }                                                                                \
   }
@@ -166,7 +175,23 @@ tideResult_t tideReducerGetShard(tideReducer_t reducer, tideReducerSegment_t* se
  * on the caller's thread, on the reducer's communicator. */
 tideResult_t tideReducerAllGather(tideReducer_t reducer, const void* values, void* const* outs,
                                   int bucket, const tideCompressConfig_t* compress);
+/* Collective; reduce-scatter mode only. tideReducerAllGather split in two:
+ * Start reads this rank's elements (from values, or in place from outs)
+ * before it returns and queues the gather; Wait(bucket) blocks until that
+ * bucket's last started gather has written outs (-1: every started one) and
+ * returns its result. outs[i] must stay valid until then. With gatherAsync 1
+ * the gathers run on the reducer's gather thread and communicator, so Start
+ * is allowed inside a step (the ranks start the same gathers in the same
+ * order; two staging buffers: a third Start waits for the oldest); with
+ * gatherAsync 0, Start gathers at once (between steps only) and Wait only
+ * returns. */
+tideResult_t tideReducerAllGatherStart(tideReducer_t reducer, const void* values, void* const* outs,
+                                       int bucket, const tideCompressConfig_t* compress);
+tideResult_t tideReducerAllGatherWait(tideReducer_t reducer, int bucket);
 
+/* Local. The current bucket layout: *nbuckets buckets (launch order) and,
+ * when bucketOf is not NULL, the bucket of each of the ngrads gradients. */
+tideResult_t tideReducerGetLayout(tideReducer_t reducer, int* bucketOf, int* nbuckets);
 /* Local. The bytes of the reducer's staging buffers now and at most so far
  * (reduce-scatter mode lends a bucket its buffer only while the bucket is
  * in flight, so this is what the steps needed; for memory accounting). */

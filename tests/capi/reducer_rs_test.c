@@ -17,6 +17,8 @@
  *    compressed within bf16 rounding, then in place: values NULL); the
  *    staging bytes (tideReducerGetBufferBytes) within every bucket's.
  *  Each with the reducer's worker thread and with a host stream of the caller.
+ *  - gatherAsync 1 with groups: no bucket spans two groups; all-gathers
+ *    started inside a step give the tensors, and the step's shard is right.
  *  - Misuse: AllGather inside a step and GetShard of a plain reducer are
  *    tideInvalidUsage; rebuildBuckets 1 or float16 with reduceScatter are
  *    tideInvalidArgument on every rank; the reducer stays usable.
@@ -58,8 +60,10 @@ static tideReducer_t Make(void* shard, tideResult_t want) {
   return red;
 }
 
-/* A backward pass of step s; each gradient overwritten after MarkReady. */
-static void Backward(tideReducer_t red, int s) {
+/* A backward pass of step s; in reduce-scatter mode (rs) each gradient is
+ * overwritten right after MarkReady (a plain reducer's caller must leave it
+ * alone until Wait). */
+static void Backward(tideReducer_t red, int s, int rs) {
   int order[kGrads], k;
   size_t i;
   MarkOrder(g_rank, s, kGrads, order);
@@ -67,7 +71,7 @@ static void Backward(tideReducer_t red, int s) {
     const int g = order[k];
     Fill(g_grad[g], kCounts[g], g_rank, s, g);
     MUST(tideReducerMarkReady(red, g));
-    for (i = 0; i < kCounts[g]; ++i) g_grad[g][i] = -7.0f;
+    for (i = 0; rs && i < kCounts[g]; ++i) g_grad[g][i] = -7.0f;
   }
   MUST(tideReducerWait(red));
 }
@@ -127,8 +131,8 @@ static void IntoShard(void) {
   tideReducer_t red = Make(shard, tideSuccess);
   CheckLayout(red);
   n = Segments(red, &segs, &count);
-  Backward(red, 1);
-  Backward(red, 2); /* added to step 1's */
+  Backward(red, 1, 1);
+  Backward(red, 2, 1); /* added to step 1's */
   for (k = 0; k < n; ++k) {
     const tideReducerSegment_t* s = &segs[k];
     for (i = 0; i < s->count; ++i) {
@@ -253,6 +257,83 @@ static void IntoGrads(void) {
   free(segs);
 }
 
+/* gatherAsync 1 with groups: no bucket spans two groups; gathers started
+ * inside a step (while its Reduce-Scatters run) give the same tensors, and
+ * the step's shard is still the mean. */
+static void Async(void) {
+  tideReducerConfig_t config = TIDE_REDUCER_CONFIG_INITIALIZER;
+  tideReducer_t red = NULL;
+  tideReducerSegment_t* segs;
+  int groups[kGrads], bucketOf[kGrads], g, k, n, nb;
+  size_t count, i, total = kGrads;
+  float *shard, *values;
+  for (g = 0; g < kGrads; ++g) {
+    groups[g] = g / 3;
+    total += kCounts[g];
+  }
+  shard = (float*)calloc(total, sizeof(float));
+  config.bucketBytes = 256u << 10;
+  config.firstBucketBytes = 256u << 10;
+  config.reduceScatter = 1;
+  config.gatherAsync = 1;
+  config.shard = shard;
+  config.groups = groups;
+  MUST(
+      tideReducerCreate(g_comm, kGrads, (void* const*)g_grad, kCounts, tideFloat32, &config, &red));
+  nb = CurrentLayout(red, kGrads, bucketOf);
+  for (g = 0; g < kGrads; ++g)
+    for (k = 0; k < kGrads; ++k)
+      if (bucketOf[g] == bucketOf[k] && groups[g] != groups[k])
+        CHECK(0, "gradients %d and %d (groups %d, %d) share bucket %d", g, k, groups[g], groups[k],
+              bucketOf[g]);
+  CHECK(nb >= 4, "%d buckets for 4 groups", nb);
+  n = Segments(red, &segs, &count);
+  values = (float*)calloc(count + 1, sizeof(float));
+  for (k = 0; k < n; ++k)
+    for (i = 0; i < segs[k].count; ++i)
+      values[segs[k].shardOffset + i] = Value(segs[k].grad, segs[k].offset + i);
+  for (g = 0; g < kGrads; ++g)
+    for (i = 0; i < kCounts[g]; ++i) g_out[g][i] = -1.0f;
+  {
+    int order[kGrads];
+    MarkOrder(g_rank, 11, kGrads, order);
+    for (k = 0; k < kGrads; ++k) {
+      Fill(g_grad[order[k]], kCounts[order[k]], g_rank, 11, order[k]);
+      MUST(tideReducerMarkReady(red, order[k]));
+      if (k == kGrads / 2)
+        MUST(tideReducerAllGatherStart(red, values, (void* const*)g_out, 0, NULL));
+    }
+    MUST(tideReducerAllGatherStart(red, values, (void* const*)g_out, -1, NULL));
+    MUST(tideReducerWait(red));
+    MUST(tideReducerAllGatherWait(red, -1));
+  }
+  for (g = 0; g < kGrads; ++g)
+    for (i = 0; i < kCounts[g]; ++i)
+      if (g_out[g][i] != Value(g, i)) {
+        CHECK(0, "async all-gather: gradient %d element %zu: %.9g, want %.9g", g, i, g_out[g][i],
+              Value(g, i));
+        break;
+      }
+  for (k = 0; k < n; ++k) {
+    const tideReducerSegment_t* s = &segs[k];
+    for (i = 0; i < s->count; ++i) {
+      double want = 0;
+      int r;
+      for (r = 0; r < g_nranks; ++r)
+        want += (double)Input(r, 11, s->grad, s->offset + i) / g_nranks;
+      if (fabs(shard[s->shardOffset + i] - want) > Tol(11, 11, s->grad, s->offset + i)) {
+        CHECK(0, "async: gradient %d element %zu: shard %.9g, mean %.9g", s->grad, s->offset + i,
+              shard[s->shardOffset + i], want);
+        break;
+      }
+    }
+  }
+  MUST(tideReducerDestroy(red));
+  free(values);
+  free(segs);
+  free(shard);
+}
+
 static void Misuse(void) {
   tideReducerConfig_t config = TIDE_REDUCER_CONFIG_INITIALIZER;
   tideReducer_t red = NULL;
@@ -278,7 +359,7 @@ static void Misuse(void) {
         "GetShard of a plain reducer must be tideInvalidUsage");
   CHECK(tideReducerAllGather(red, shard, NULL, -1, NULL) == tideInvalidUsage,
         "AllGather of a plain reducer must be tideInvalidUsage");
-  Backward(red, 9); /* still usable */
+  Backward(red, 9, 0); /* still usable */
   MUST(tideReducerDestroy(red));
 }
 
@@ -295,6 +376,7 @@ static void Body(void) {
   }
   MUST(tideStreamDestroy(g_stream));
   g_stream = NULL;
+  Async();
   Misuse();
   for (g = 0; g < kGrads; ++g) {
     free(g_grad[g]);

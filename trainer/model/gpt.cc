@@ -5,75 +5,48 @@
 #include <cmath>
 
 #include "io/error.h"
-#include "ops/attention.h"
-#include "ops/cross_entropy.h"
-#include "ops/elementwise.h"
-#include "ops/embedding.h"
-#include "ops/layernorm.h"
-#include "ops/linear.h"
+#include "model/gpt_ops.h"
 
 namespace tide_train {
 
 namespace {
 
-// The fast kernels or their plain references, chosen once per model.
-struct Ops {
-  decltype(&ops::linear_forward) linear_fwd;
-  decltype(&ops::linear_backward) linear_bwd;
-  decltype(&ops::layernorm_forward) ln_fwd;
-  decltype(&ops::layernorm_backward) ln_bwd;
-  decltype(&ops::gelu_forward) gelu_fwd;
-  decltype(&ops::gelu_backward) gelu_bwd;
-  decltype(&ops::embedding_forward) emb_fwd;
-  decltype(&ops::embedding_backward) emb_bwd;
-  decltype(&ops::xent_local_max) xent_max;
-  decltype(&ops::xent_local_sums) xent_sums;
-  decltype(&ops::xent_backward) xent_bwd;
-  decltype(&ops::attention_forward) attn_fwd;
-  bool ref;
-};
-
-const Ops kFast{ops::linear_forward,
-                ops::linear_backward,
-                ops::layernorm_forward,
-                ops::layernorm_backward,
-                ops::gelu_forward,
-                ops::gelu_backward,
-                ops::embedding_forward,
-                ops::embedding_backward,
-                ops::xent_local_max,
-                ops::xent_local_sums,
-                ops::xent_backward,
-                ops::attention_forward,
-                false};
-const Ops kRef{ops::ref::linear_forward,
-               ops::ref::linear_backward,
-               ops::ref::layernorm_forward,
-               ops::ref::layernorm_backward,
-               ops::ref::gelu_forward,
-               ops::ref::gelu_backward,
-               ops::ref::embedding_forward,
-               ops::ref::embedding_backward,
-               ops::ref::xent_local_max,
-               ops::ref::xent_local_sums,
-               ops::ref::xent_backward,
-               ops::ref::attention_forward,
-               true};
+using gpt_internal::kFast;
+using gpt_internal::kRef;
+using gpt_internal::Ops;
 
 void zero(mem::ActFloats* v) { std::fill(v->begin(), v->end(), 0.0f); }
 
-// out[n, :] += bias for every row.
-void add_bias(float* out, const float* bias, int N, int C) {
-  for (int n = 0; n < N; ++n) {
-    float* row = out + static_cast<size_t>(n) * C;
-    for (int c = 0; c < C; ++c) row[c] += bias[c];
-  }
-}
-
 }  // namespace
 
-GPT::GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference, StageSpec stage)
-    : p_(params), tp_(tp), ref_(reference), stage_(stage) {
+Recompute parse_recompute(const std::string& s, int layers) {
+  Recompute r;
+  if (s == "none") return r;
+  if (s == "selective") {
+    r.kind = Recompute::kSelective;
+    return r;
+  }
+  if (s == "sqrt") {
+    r.kind = Recompute::kEvery;
+    r.every = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(layers)))));
+    return r;
+  }
+  if (s.starts_with("every:")) {
+    char* end = nullptr;
+    const long k = std::strtol(s.c_str() + 6, &end, 10);
+    if (end != nullptr && *end == '\0' && k >= 1 && k <= 1 << 20) {
+      r.kind = Recompute::kEvery;
+      r.every = static_cast<int>(k);
+      return r;
+    }
+  }
+  throw Error("--checkpoint-activations " + s +
+              ": expected none, every:K (K >= 1), sqrt or selective");
+}
+
+GPT::GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference, StageSpec stage,
+         Recompute recompute)
+    : p_(params), tp_(tp), rc_(recompute), ref_(reference), stage_(stage) {
   const ModelConfig& m = p_->model();
   const TensorParallel& t = p_->tp();
   if (stage_.end < 0) stage_.end = m.n_layer;
@@ -104,6 +77,16 @@ GPT::GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference, S
   dgelu_.resize(N * Fl);
   if (stage_.head) dlogits_.resize(N * static_cast<size_t>(Vl_));
   attn_scratch_.resize(ops::attention_scratch_floats(T_, HS_));
+  const size_t att = static_cast<size_t>(B_) * NH_ * T_ * T_;
+  if (rc_.kind == Recompute::kEvery) {
+    const int K = std::min(rc_.every, std::max(L_, 1));
+    seg_layers_.resize(static_cast<size_t>(K));
+    for (Layer& L : seg_layers_) size_layer(&L, N, C, Cl, Fl, att);
+    seg_res_.assign(static_cast<size_t>(K), mem::ActFloats(N * C));
+  } else if (rc_.kind == Recompute::kSelective) {
+    att_scratch_.resize(att);
+    recompute_out_.resize(N * Cl);
+  }
 }
 
 void GPT::make_slot(Acts* a) const {
@@ -112,21 +95,15 @@ void GPT::make_slot(Acts* a) const {
   const size_t Fl = 4 * C / p_->tp().size;
   a->inputs.resize(N);
   a->targets.resize(N);
-  a->res.assign(static_cast<size_t>(L_) + 1, mem::ActFloats(N * C));
-  a->layers.resize(static_cast<size_t>(L_));
-  for (Layer& L : a->layers) {
-    L.ln1.resize(N * C);
-    L.ln1_mean.resize(N);
-    L.ln1_rstd.resize(N);
-    L.qkv.resize(N * 3 * Cl);
-    L.att.resize(static_cast<size_t>(B_) * NH_ * T_ * T_);
-    L.attn_out.resize(N * Cl);
-    L.res_mid.resize(N * C);
-    L.ln2.resize(N * C);
-    L.ln2_mean.resize(N);
-    L.ln2_rstd.resize(N);
-    L.fc.resize(N * Fl);
-    L.gelu.resize(N * Fl);
+  const size_t att = static_cast<size_t>(B_) * NH_ * T_ * T_;
+  a->res.resize(static_cast<size_t>(L_) + 1);
+  for (int l = 0; l <= L_; ++l)  // kEvery: only each segment's input and the output
+    if (rc_.kind != Recompute::kEvery || l % rc_.every == 0 || l == L_)
+      a->res[static_cast<size_t>(l)].resize(N * C);
+  if (rc_.kind != Recompute::kEvery) {
+    a->layers.resize(static_cast<size_t>(L_));
+    for (Layer& L : a->layers)
+      size_layer(&L, N, C, Cl, Fl, rc_.kind == Recompute::kSelective ? 0 : att);
   }
   if (stage_.head) {
     a->lnf.resize(N * C);
@@ -137,6 +114,21 @@ void GPT::make_slot(Acts* a) const {
     a->sums.resize(2 * N);
     a->losses.resize(N);
   }
+}
+
+void GPT::size_layer(Layer* L, size_t N, size_t C, size_t Cl, size_t Fl, size_t att) {
+  L->ln1.resize(N * C);
+  L->ln1_mean.resize(N);
+  L->ln1_rstd.resize(N);
+  L->qkv.resize(N * 3 * Cl);
+  L->att.resize(att);
+  L->attn_out.resize(N * Cl);
+  L->res_mid.resize(N * C);
+  L->ln2.resize(N * C);
+  L->ln2_mean.resize(N);
+  L->ln2_rstd.resize(N);
+  L->fc.resize(N * Fl);
+  L->gelu.resize(N * Fl);
 }
 
 int GPT::acquire() {
@@ -181,13 +173,21 @@ const float* GPT::output(int slot) const {
   return acts_[static_cast<size_t>(slot)].res.back().data();
 }
 
+void GPT::need(size_t li, bool up) const {
+  if (gate_ == nullptr) return;
+  const int l = stage_.first + static_cast<int>(li);
+  const int n = static_cast<int>(acts_.front().layers.size());
+  const int next = up ? (static_cast<int>(li) + 1 < n ? l + 1 : -1) : (li > 0 ? l - 1 : -1);
+  gate_->need(l, next);
+}
+
 void GPT::tp_sum(float* buf, size_t n) {
   if (tp_ != nullptr && p_->tp().size > 1) tp_->allreduce_sum(buf, n);
 }
 
 double GPT::forward(int slot, const int* inputs, const int* targets) {
   const Ops& o = ref_ ? kRef : kFast;
-  const int N = B_ * T_, C = C_, Cl = NH_ * HS_, Fl = 4 * C_ / p_->tp().size;
+  const int N = B_ * T_, C = C_;
   const bool tp = p_->tp().size > 1;
   Acts& a = acts_[static_cast<size_t>(slot)];
   auto P = [&](int i) { return p_->params[static_cast<size_t>(i)].data.data(); };
@@ -212,29 +212,9 @@ double GPT::forward(int slot, const int* inputs, const int* targets) {
     }
   }
 
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    Layer& L = a.layers[l];
-    const BlockParams& bp = p_->blocks[static_cast<size_t>(stage_.first) + l];
-    const float* in = a.res[l].data();
-    float* out = a.res[l + 1].data();
-    o.ln_fwd(L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), in, P(bp.ln1_w), P(bp.ln1_b), N,
-             C);
-    o.linear_fwd(L.qkv.data(), L.ln1.data(), P(bp.qkv_w), P(bp.qkv_b), N, C, 3 * Cl);
-    o.attn_fwd(L.attn_out.data(), L.att.data(), L.qkv.data(), B_, T_, NH_, HS_);
-    // Row-parallel projection: partial sums, reduced, then the bias once.
-    o.linear_fwd(L.res_mid.data(), L.attn_out.data(), P(bp.attn_proj_w), nullptr, N, Cl, C);
-    tp_sum(L.res_mid.data(), static_cast<size_t>(N) * C);
-    add_bias(L.res_mid.data(), P(bp.attn_proj_b), N, C);
-    ops::residual_forward(L.res_mid.data(), L.res_mid.data(), in, static_cast<size_t>(N) * C);
-
-    o.ln_fwd(L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res_mid.data(), P(bp.ln2_w),
-             P(bp.ln2_b), N, C);
-    o.linear_fwd(L.fc.data(), L.ln2.data(), P(bp.fc_w), P(bp.fc_b), N, C, Fl);
-    o.gelu_fwd(L.gelu.data(), L.fc.data(), static_cast<size_t>(N) * Fl);
-    o.linear_fwd(out, L.gelu.data(), P(bp.mlp_proj_w), nullptr, N, Fl, C);
-    tp_sum(out, static_cast<size_t>(N) * C);
-    add_bias(out, P(bp.mlp_proj_b), N, C);
-    ops::residual_forward(out, out, L.res_mid.data(), static_cast<size_t>(N) * C);
+  for (int l = 0; l < L_; ++l) {
+    need(static_cast<size_t>(l), true);
+    block_forward(a, l);
   }
   if (!stage_.head) return 0.0;
 
@@ -273,6 +253,7 @@ void GPT::weight_pass(Acts& a, const std::function<void(int)>& ready) {
                  Vl_, false);
   }
   for (size_t li = a.layers.size(); li-- > 0;) {
+    need(li, false);
     Layer& L = a.layers[li];
     const BlockParams& bp = p_->blocks[static_cast<size_t>(stage_.first) + li];
     o.linear_bwd(nullptr, G(bp.mlp_proj_w), G(bp.mlp_proj_b), L.d_mlp_proj.data(), L.gelu.data(),
@@ -298,14 +279,9 @@ void GPT::backward(int slot, const float* dout, float scale, Pass pass,
     return;
   }
   const Ops& o = ref_ ? kRef : kFast;
-  const int N = B_ * T_, C = C_, Cl = NH_ * HS_, Fl = 4 * C_ / p_->tp().size;
+  const int N = B_ * T_, C = C_;
   const size_t NC = static_cast<size_t>(N) * C;
   const bool full = pass == Pass::kFull;
-  // The weight and bias gradients of a linear layer now (kFull), or its
-  // output gradient kept for the weight pass (kInput).
-  auto keep = [&](mem::ActFloats* dst, const float* src, size_t n) {
-    if (!full) dst->assign(src, src + n);
-  };
   auto P = [&](int i) { return p_->params[static_cast<size_t>(i)].data.data(); };
   auto G = [&](int i) { return p_->params[static_cast<size_t>(i)].grad.data(); };
   auto GW = [&](int i) { return full ? G(i) : nullptr; };
@@ -328,58 +304,7 @@ void GPT::backward(int slot, const float* dout, float scale, Pass pass,
     std::copy(dout, dout + NC, dres_.begin());
   }
 
-  for (size_t li = a.layers.size(); li-- > 0;) {
-    Layer& L = a.layers[li];
-    const BlockParams& bp = p_->blocks[static_cast<size_t>(stage_.first) + li];
-    // dres_ holds ∂/∂(block output); the residual passes it through.
-    keep(&L.d_mlp_proj, dres_.data(), NC);
-    o.linear_bwd(dgelu_.data(), GW(bp.mlp_proj_w), GW(bp.mlp_proj_b), dres_.data(), L.gelu.data(),
-                 P(bp.mlp_proj_w), N, Fl, C, true);
-    if (full) {
-      ready(bp.mlp_proj_w);
-      ready(bp.mlp_proj_b);
-    }
-    o.gelu_bwd(dfc_.data(), L.fc.data(), dgelu_.data(), static_cast<size_t>(N) * Fl, true);
-    keep(&L.d_fc, dfc_.data(), static_cast<size_t>(N) * Fl);
-    o.linear_bwd(dln_.data(), GW(bp.fc_w), GW(bp.fc_b), dfc_.data(), L.ln2.data(), P(bp.fc_w), N, C,
-                 Fl, true);
-    if (full) {
-      ready(bp.fc_w);
-      ready(bp.fc_b);
-    }
-    tp_sum(dln_.data(), NC);
-    o.ln_bwd(dres_.data(), G(bp.ln2_w), G(bp.ln2_b), dln_.data(), L.res_mid.data(), P(bp.ln2_w),
-             L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
-    ready(bp.ln2_w);
-    ready(bp.ln2_b);
-
-    keep(&L.d_attn_proj, dres_.data(), NC);
-    o.linear_bwd(dattn_.data(), GW(bp.attn_proj_w), GW(bp.attn_proj_b), dres_.data(),
-                 L.attn_out.data(), P(bp.attn_proj_w), N, Cl, C, true);
-    if (full) {
-      ready(bp.attn_proj_w);
-      ready(bp.attn_proj_b);
-    }
-    zero(&dqkv_);
-    if (o.ref)
-      ops::ref::attention_backward(dqkv_.data(), dattn_.data(), L.qkv.data(), L.att.data(), B_, T_,
-                                   NH_, HS_);
-    else
-      ops::attention_backward(dqkv_.data(), dattn_.data(), L.qkv.data(), L.att.data(), B_, T_, NH_,
-                              HS_, attn_scratch_.data());
-    keep(&L.d_qkv, dqkv_.data(), dqkv_.size());
-    o.linear_bwd(dln_.data(), GW(bp.qkv_w), GW(bp.qkv_b), dqkv_.data(), L.ln1.data(), P(bp.qkv_w),
-                 N, C, 3 * Cl, true);
-    if (full) {
-      ready(bp.qkv_w);
-      ready(bp.qkv_b);
-    }
-    tp_sum(dln_.data(), NC);
-    o.ln_bwd(dres_.data(), G(bp.ln1_w), G(bp.ln1_b), dln_.data(), a.res[li].data(), P(bp.ln1_w),
-             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
-    ready(bp.ln1_w);
-    ready(bp.ln1_b);
-  }
+  backward_blocks(a, pass, ready);
 
   if (stage_.embed) {
     o.emb_bwd(G(p_->wte), G(p_->wpe), dres_.data(), a.inputs.data(), v0_, Vl_, B_, T_, C);

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "model/params.h"
@@ -33,6 +34,20 @@ class TpCollectives {
 // -1: through the last), the embeddings when `embed`, the final LayerNorm,
 // the tied head and the loss when `head`. A pipeline stage is one of these;
 // the whole model is the default.
+// Activation checkpointing (docs/zero.md): kEvery keeps only the input of
+// every `every`-th block (segments of `every` blocks are computed again,
+// forward, before their backward; Chen et al. 2016, every = ceil(sqrt(L))
+// for "sqrt"); kSelective keeps everything but the attention probabilities
+// (B x heads x T x T per block), which each block's backward computes
+// again (Megatron's selective recomputation).
+struct Recompute {
+  enum Kind { kNone, kEvery, kSelective } kind = kNone;
+  int every = 0;
+};
+// "none", "every:K", "sqrt" (K = ceil(sqrt(layers))), "selective";
+// Error otherwise.
+Recompute parse_recompute(const std::string& s, int layers);
+
 struct StageSpec {
   int first = 0, end = -1;
   bool embed = true, head = true;
@@ -44,12 +59,22 @@ struct StageSpec {
 // (those GEMMs, from the output gradients the input pass kept).
 enum class Pass { kFull, kInput, kWeight };
 
+// ZeRO-3's gathered weights: need(l, next) is called before block l's
+// forward, backward or weight pass; block l's weights must be in its
+// parameters' data when it returns. `next` is the block this pass computes
+// after it (-1: none), which the gate may start gathering meanwhile.
+class WeightGate {
+ public:
+  virtual ~WeightGate() = default;
+  virtual void need(int layer, int next) = 0;
+};
+
 class GPT {
  public:
   // micro_batch: sequences per forward. reference: use the ops' plain ref::
   // versions (tests). tp may be null when the tensor-parallel size is 1.
   GPT(ParamSet* params, int micro_batch, TpCollectives* tp, bool reference = false,
-      StageSpec stage = StageSpec());
+      StageSpec stage = StageSpec(), Recompute recompute = Recompute());
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
@@ -103,6 +128,7 @@ class GPT {
     return acts_[static_cast<size_t>(slot)].losses;
   }
   int micro_batch() const { return B_; }
+  void set_gate(WeightGate* gate) { gate_ = gate; }
   const StageSpec& stage() const { return stage_; }
 
  private:
@@ -121,11 +147,33 @@ class GPT {
     mem::ActFloats lnf, lnf_mean, lnf_rstd, logits, rowmax, sums, losses, dlogits;
   };
   void make_slot(Acts* a) const;
+  static void size_layer(Layer* L, size_t N, size_t C, size_t Cl, size_t Fl, size_t att);
+  // Where block l (stage-relative) reads and writes in slot a.
+  struct View {
+    Layer* layer;
+    const float* in;
+    float* out;
+    float* att;  // the attention probabilities
+  };
+  View view(Acts& a, int l);
+  void block_forward(Acts& a, int l);
+  void backward_blocks(Acts& a, Pass pass, const std::function<void(int)>& ready);
+  void block_backward(Acts& a, int l, Pass pass, const std::function<void(int)>& ready);
   void tp_sum(float* buf, size_t n);
   void weight_pass(Acts& a, const std::function<void(int)>& ready);
 
+  // Before block li (stage-relative) of a pass going up (forward) or down.
+  void need(size_t li, bool up) const;
   ParamSet* p_;
   TpCollectives* tp_;
+  WeightGate* gate_ = nullptr;
+  Recompute rc_;
+  // Recomputation scratch (shared by the slots: one backward at a time):
+  // kEvery: one segment's blocks and inner residuals; kSelective: one
+  // block's attention probabilities and a throwaway attention output.
+  std::vector<Layer> seg_layers_;
+  std::vector<mem::ActFloats> seg_res_;
+  mem::ActFloats att_scratch_, recompute_out_;
   bool ref_;
   StageSpec stage_;
   int B_, T_, C_, NH_, HS_, Vl_, v0_, nvalid_, L_;

@@ -73,8 +73,8 @@ bool Ownership::owns(const Param& p) const {
 }
 
 ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own,
-                   GradStorage grads)
-    : m_(m), tp_(tp), storage_(grads) {
+                   GradStorage grads, bool param_ring)
+    : m_(m), tp_(tp), storage_(grads), param_ring_(param_ring) {
   validate(m, tp.size);
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size;
   wte = add("transformer.wte.weight", {V, C}, Split::kRows, 1, true);
@@ -103,52 +103,72 @@ ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownersh
   allocate();
 }
 
+// The largest block's held elements.
+size_t ParamSet::block_floats() const {
+  size_t block = 0;
+  for (const BlockParams& b : blocks) {
+    size_t n = 0;
+    for (int i = b.ln1_w; i <= b.mlp_proj_b; ++i)
+      if (params[static_cast<size_t>(i)].owned) n += params[static_cast<size_t>(i)].size_local();
+    block = std::max(block, n);
+  }
+  return block;
+}
+
+// Spans of every held tensor in one flat buffer (`flat` != null), or in a
+// ring: block l's tensors in ring[l % 2], each other tensor in a buffer of
+// its own appended to ring (what names them in --mem-cap errors).
+void ParamSet::place(bool grads, float* flat, std::vector<mem::Buffer>* ring) {
+  size_t in_block[2] = {0, 0};
+  int last_layer = -1;
+  for (Param& p : params) {
+    if (!p.owned) continue;
+    const size_t n = p.size_local();
+    FloatSpan& span = grads ? p.grad : p.data;
+    if (flat != nullptr) {
+      span = FloatSpan{flat + p.flat, n};
+    } else if (p.layer >= 0) {
+      const size_t r = static_cast<size_t>(p.layer % 2);
+      if (p.layer != last_layer) in_block[r] = 0;
+      last_layer = p.layer;
+      span = FloatSpan{(*ring)[r].data() + in_block[r], n};
+      in_block[r] += n;
+    } else {
+      mem::Label l(std::string(grads ? "the gradient buffer of " : "the gathered ") + p.name);
+      ring->emplace_back(mem::Kind::kComm, n);
+      span = FloatSpan{ring->back().data(), n};
+    }
+  }
+}
+
 void ParamSet::allocate() {
   size_t total = 0;
   for (Param& p : params) {
     p.flat = total;
     if (p.owned) total += static_cast<size_t>(p.rows * p.cols);
   }
-  {
+  if (!param_ring_) {
     mem::Label l("the parameters (" + std::to_string(total) + " floats)");
     data_buf_ = mem::Buffer(mem::Kind::kParams, total);
+  } else {
+    // ZeRO-3: the shard is the trainer's; here only the gathered tensors.
+    const size_t block = block_floats();
+    mem::Label l("the gathered parameters of two blocks (" + std::to_string(2 * block) +
+                 " floats)");
+    pring_.emplace_back(mem::Kind::kComm, block);
+    pring_.emplace_back(mem::Kind::kComm, block);
   }
   if (storage_ == GradStorage::kFull) {
     mem::Label l("the gradients (" + std::to_string(total) + " floats)");
     grad_buf_ = mem::Buffer(mem::Kind::kGrads, total);
   } else {
-    // The largest block's gradients, twice; then one buffer per other tensor.
-    size_t block = 0;
-    for (const BlockParams& b : blocks) {
-      size_t n = 0;
-      for (int i = b.ln1_w; i <= b.mlp_proj_b; ++i)
-        if (params[static_cast<size_t>(i)].owned) n += params[static_cast<size_t>(i)].size_local();
-      block = std::max(block, n);
-    }
+    const size_t block = block_floats();
     mem::Label l("the gradient buffers of two blocks (" + std::to_string(2 * block) + " floats)");
     ring_.emplace_back(mem::Kind::kComm, block);
     ring_.emplace_back(mem::Kind::kComm, block);
   }
-  size_t in_block[2] = {0, 0};
-  int last_layer = -1;
-  for (Param& p : params) {
-    if (!p.owned) continue;
-    const size_t n = p.size_local();
-    p.data = FloatSpan{data_buf_.data() + p.flat, n};
-    if (storage_ == GradStorage::kFull) {
-      p.grad = FloatSpan{grad_buf_.data() + p.flat, n};
-    } else if (p.layer >= 0) {
-      const size_t r = static_cast<size_t>(p.layer % 2);
-      if (p.layer != last_layer) in_block[r] = 0;
-      last_layer = p.layer;
-      p.grad = FloatSpan{ring_[r].data() + in_block[r], n};
-      in_block[r] += n;
-    } else {
-      mem::Label l("the gradient buffer of " + p.name);
-      ring_.emplace_back(mem::Kind::kComm, n);
-      p.grad = FloatSpan{ring_.back().data(), n};
-    }
-  }
+  place(false, param_ring_ ? nullptr : data_buf_.data(), &pring_);
+  place(true, storage_ == GradStorage::kFull ? grad_buf_.data() : nullptr, &ring_);
 }
 
 int ParamSet::add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks,
@@ -226,10 +246,15 @@ void ParamSet::full_from_shard(int index, const float* all, float* full) const {
 }
 
 void ParamSet::init(uint64_t seed) {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].owned) init_tensor(static_cast<int>(i), seed, params[i].data.data());
+}
+
+void ParamSet::init_tensor(int index, uint64_t seed, float* out) const {
   const double resid_std = 0.02 / std::sqrt(2.0 * m_.n_layer);
-  for (size_t i = 0; i < params.size(); ++i) {
-    Param& p = params[i];
-    if (!p.owned) continue;
+  {
+    const Param& p = params[static_cast<size_t>(index)];
+    if (!p.owned) return;
     std::vector<float> full(static_cast<size_t>(product(p.full_shape)), 0.0f);
     const bool is_bias = p.name.ends_with(".bias");
     const bool is_ln = p.name.find(".ln_") != std::string::npos;
@@ -240,7 +265,7 @@ void ParamSet::init(uint64_t seed) {
       fill_normal(full.data(), static_cast<int64_t>(full.size()), seed, p.name,
                   resid ? resid_std : 0.02);
     }
-    shard_from_full(static_cast<int>(i), full.data());
+    shard_into(index, full.data(), out);
   }
 }
 

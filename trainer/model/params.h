@@ -87,9 +87,13 @@ class ParamSet {
  public:
   // Every tensor of the model is listed (the same indices on every rank);
   // those `own` excludes hold no data (size() 0).
+  // param_ring (ZeRO-3): the parameters' data are only two block-sized
+  // buffers of gathered weights (block l in buffer l % 2) and one per other
+  // tensor, all communication buffers; the trainer holds the shard.
   ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own = Ownership(),
-           GradStorage grads = GradStorage::kFull);
+           GradStorage grads = GradStorage::kFull, bool param_ring = false);
   GradStorage grad_storage() const { return storage_; }
+  bool param_ring() const { return param_ring_; }
 
   std::vector<Param> params;
   int wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
@@ -99,6 +103,9 @@ class ParamSet {
   // own counter-based stream (seed, name), then this rank takes its shard, so
   // every layout starts from the same weights.
   void init(uint64_t seed);
+  // The same initial values of tensor `index` (this rank's shard of it,
+  // size_local() elements) into `out`.
+  void init_tensor(int index, uint64_t seed, float* out) const;
   void zero_grads();
   // Whole tensor ↔ this rank's shard (full: product(full_shape) elements).
   void shard_from_full(int index, const float* full);
@@ -120,11 +127,15 @@ class ParamSet {
  private:
   int add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks, bool decay);
   void allocate();
+  size_t block_floats() const;
+  void place(bool grads, float* flat, std::vector<mem::Buffer>* ring);
   ModelConfig m_;
   TensorParallel tp_;
   GradStorage storage_;
+  bool param_ring_ = false;
   mem::Buffer data_buf_, grad_buf_;  // every held tensor, flat order (kLayerRing: no grad_buf_)
   std::vector<mem::Buffer> ring_;    // kLayerRing: two block buffers, then the others' own
+  std::vector<mem::Buffer> pring_;   // param_ring: the same for the gathered parameters
 };
 
 }  // namespace tide_train

@@ -70,6 +70,11 @@ void Optimizer::set_shard(std::vector<Segment> segments, size_t count, float* gr
   v_.assign(count, 0.0f);
 }
 
+float* Optimizer::weight_of(const Segment& s) const {
+  return weights_ != nullptr ? weights_ + s.at
+                             : p_->params[static_cast<size_t>(s.param)].data.data() + s.offset;
+}
+
 float* Optimizer::grad_of(const Segment& s) const {
   return grads_ != nullptr ? grads_ + s.at
                            : p_->params[static_cast<size_t>(s.param)].grad.data() + s.offset;
@@ -96,8 +101,8 @@ void Optimizer::adamw(double lr, float gs) {
   for (const Segment& s : segs_) {
     Param& p = p_->params[static_cast<size_t>(s.param)];
     const float decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    adamw_update(p.data.data() + s.offset, grad_of(s), m_.data() + s.at, v_.data() + s.at, s.n, gs,
-                 decay, b1, b2, bc2_sqrt, eps, step_size);
+    adamw_update(weight_of(s), grad_of(s), m_.data() + s.at, v_.data() + s.at, s.n, gs, decay, b1,
+                 b2, bc2_sqrt, eps, step_size);
   }
 }
 
@@ -117,7 +122,7 @@ void Optimizer::lamb(double lr, float gs) {
   for (const Segment& s : segs_) {
     Param& p = p_->params[static_cast<size_t>(s.param)];
     const float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    const float* w = p.data.data() + s.offset;
+    const float* w = weight_of(s);
     float* g = grad_of(s);
     float* m = m_.data() + s.at;
     float* v = v_.data() + s.at;
@@ -145,7 +150,7 @@ void Optimizer::lamb(double lr, float gs) {
     const float un = static_cast<float>(std::sqrt(norms[2 * static_cast<size_t>(s.param) + 1]));
     const float trust = (wn > 0.0f && un > 0.0f) ? wn / un : 1.0f;
     const float rate = static_cast<float>(lr) * trust;
-    float* w = p.data.data() + s.offset;
+    float* w = weight_of(s);
     const float* m = m_.data() + s.at;
     const float* v = v_.data() + s.at;
     for (size_t k = 0; k < s.n; ++k) {

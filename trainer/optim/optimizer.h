@@ -51,6 +51,8 @@ class Optimizer {
   // offset); dp: the data-parallel collectives (LAMB's whole-tensor norms,
   // the gradient norm). The moments are made again (zero).
   void set_shard(std::vector<Segment> segments, size_t count, float* grads, TpCollectives* dp);
+  // ZeRO-3: the weights too are the shard's (laid out as the segments say).
+  void set_weight_shard(float* weights) { weights_ = weights; }
   // One update with rate lr from the (already reduced) gradients, each first
   // multiplied by grad_scale (clipping: clip_scale()); advances the step
   // count and leaves every gradient it read zero (the next step accumulates
@@ -72,14 +74,16 @@ class Optimizer {
 
  private:
   float* grad_of(const Segment& s) const;
+  float* weight_of(const Segment& s) const;
   void adamw(double lr, float gs);
   void lamb(double lr, float gs);
   ParamSet* p_;
   OptimConfig cfg_;
   TpCollectives* tp_;
   TpCollectives* dp_ = nullptr;
-  float* grads_ = nullptr;  // the shard's gradients (null: the parameters')
-  bool sharded_ = false;    // set_shard was called
+  float* grads_ = nullptr;    // the shard's gradients (null: the parameters')
+  bool sharded_ = false;      // set_shard was called
+  float* weights_ = nullptr;  // ZeRO-3: the shard's weights (null: the parameters')
   int64_t t_ = 0;
   std::vector<Segment> segs_;
   mem::Floats<mem::Kind::kOptim> m_, v_;

@@ -90,8 +90,16 @@ std::vector<Entry> entries(Options* o) {
        &o->bucket_mb},
       // Memory (docs/zero.md)
       {"--zero", "N",
-       "ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 also gradients",
+       "ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 also gradients, 3 "
+       "also parameters (gathered per block, the next one prefetched)",
        &o->zero},
+      {"--checkpoint-activations", "MODE",
+       "activation checkpointing: none|every:K (keep every K-th block's input, recompute the "
+       "rest)|sqrt (K = ceil(sqrt(layers)))|selective (recompute the attention core)",
+       &o->checkpoint_activations},
+      {"--compress-params", "CODEC",
+       "ZeRO-3: the parameters' all-gather codec: none|fp16|bf16|int8|int4 (the shard stays fp32)",
+       &o->compress_params},
       {"--mem-cap", "BYTES",
        "per-rank cap on the trainer's accounted memory (suffix K, M, G: powers of 1024); an "
        "allocation past it is an error naming what did not fit; 0: none",

@@ -40,6 +40,8 @@ struct Options {
   // Memory (docs/zero.md)
   int zero = 0;
   std::string mem_cap = "0";
+  std::string compress_params = "none";
+  std::string checkpoint_activations = "none";
   // Data and evaluation
   std::string data;  // empty: Debian's fortunes
   int64_t eval_every = 250;

@@ -98,15 +98,25 @@ Trainer::Trainer(const Options& options) : o_(options) {
     micro_ = o_.batch / (D * o_.micro_batches);
     if (o_.zero < 0 || o_.zero > 3)
       throw Error("--zero " + std::to_string(o_.zero) + ": expected 0, 1, 2 or 3");
-    if (o_.zero == 3) throw Error("--zero 3: not implemented yet (stages 0, 1 and 2 are)");
     zero_ = D > 1 ? o_.zero : 0;  // one data-parallel rank: nothing to partition
+    has_param_compress_ =
+        parse_compress(o_.compress_params, &param_compress_, static_cast<uint64_t>(o_.seed) + 1);
+    if (has_param_compress_ && o_.zero != 3)
+      throw Error("--compress-params " + o_.compress_params + " needs --zero 3");
+    if (has_param_compress_ &&
+        (param_compress_.codec == tideCodecTopK || param_compress_.codec == tideCodecAuto))
+      throw Error("--compress-params " + o_.compress_params +
+                  ": expected none|fp16|bf16|int8|int4");
+    param_compress_.errorFeedback = 0;  // weights are sent whole each time: nothing to carry
     if (zero_ >= 1 && !o_.dump_grads.empty())
       throw Error("--dump-grads needs --zero 0 (ZeRO holds only a shard of the gradients)");
     mem::set_cap(parse_bytes(o_.mem_cap));
     if (o_.vocab < 256)
       throw Error("--vocab " + std::to_string(o_.vocab) + ": byte-level data needs at least 256");
     setup_model();
-    if (!o_.init_from.empty()) load_weights(read_safetensors(o_.init_from), o_.init_from);
+    // ZeRO-3 has no whole weights until its shard exists (setup_zero3).
+    if (!o_.init_from.empty() && zero_ < 3)
+      load_weights(read_safetensors(o_.init_from), o_.init_from);
     OptimConfig oc;
     oc.kind = o_.optimizer;
     oc.beta1 = o_.beta1;
@@ -137,6 +147,7 @@ Trainer::Trainer(const Options& options) : o_(options) {
   // happens on all of them at the same point.
   try {
     setup_reducer();
+    if (zero_ == 3) setup_zero3();
   } catch (const std::exception& e) {
     ok = false;
     err = e.what();
@@ -174,9 +185,17 @@ void Trainer::setup_model() {
     throw Error(e.what());
   }
   TensorParallel tp{groups_->tp_size, groups_->tp_rank};
+  // sqrt: of the layers each GPT (stage) holds.
+  const Recompute recompute =
+      parse_recompute(o_.checkpoint_activations, std::max(1, model_.n_layer / S));
+  if (recompute.kind == Recompute::kEvery && P > 1 && kind == pipeline::ScheduleKind::kZeroBubble)
+    throw Error("--checkpoint-activations " + o_.checkpoint_activations +
+                " with --schedule zb: zb's weight pass needs every block's activations (use "
+                "selective)");
   const GradStorage storage = zero_ >= 2 && P == 1 ? GradStorage::kLayerRing : GradStorage::kFull;
-  params_ = std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank), storage);
-  params_->init(static_cast<uint64_t>(o_.seed));
+  params_ =
+      std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank), storage, zero_ == 3);
+  if (zero_ < 3) params_->init(static_cast<uint64_t>(o_.seed));  // ZeRO-3: setup_zero3
   // Each tensor's writer: the lowest pipeline rank holding it.
   owner_pp_.assign(params_->params.size(), 0);
   for (int r = P - 1; r >= 0; --r) {
@@ -187,8 +206,8 @@ void Trainer::setup_model() {
   for (int s = groups_->pp_rank; s < S; s += P) {
     StageSpec st{stage_first_[static_cast<size_t>(s)], stage_first_[static_cast<size_t>(s) + 1],
                  s == 0, s == S - 1};
-    chunks_.push_back(
-        std::make_unique<GPT>(params_.get(), micro_, tp_coll_.get(), o_.reference_ops, st));
+    chunks_.push_back(std::make_unique<GPT>(params_.get(), micro_, tp_coll_.get(), o_.reference_ops,
+                                            st, recompute));
   }
   if (P == 1) {
     gpt_ = chunks_.front().get();
@@ -253,6 +272,17 @@ void Trainer::setup_reducer() {
   rc.average = 1;
   rc.compress = has_compress_ ? &compress_ : nullptr;
   const size_t D = static_cast<size_t>(groups_->dp_size);
+  // ZeRO-3: each block's tensors in buckets of their own (one gather per
+  // block), gathered on the reducer's own thread and communicator.
+  std::vector<int> groups;
+  for (int i : param_of) {
+    const int layer = params_->params[static_cast<size_t>(i)].layer;
+    groups.push_back(layer >= 0 ? layer : model_.n_layer);
+  }
+  if (zero_ == 3) {
+    rc.groups = groups.data();
+    rc.gatherAsync = 1;
+  }
   if (zero_ >= 1) {
     rc.reduceScatter = 1;
     rc.rebuildBuckets = 0;
@@ -327,7 +357,7 @@ StepRecord Trainer::train_step(int64_t step) {
       loss_sum += gpt_->forward(inputs_.data(), targets_.data());
       // ZeRO 2: every micro-batch's gradients are reduce-scattered into
       // the shard (which accumulates them), none kept whole.
-      const bool sync = last || zero_ >= 2;
+      const bool sync = last || zero_ >= 2;  // ZeRO 2 and 3
       const bool ring = params_->grad_storage() == GradStorage::kLayerRing;
       if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, sync ? 1 : 0), "SetSync");
       std::function<void(int)> ready = [](int) {};
@@ -368,7 +398,10 @@ StepRecord Trainer::train_step(int64_t step) {
   // ZeRO 1-2 read the shard's gradients (zeroed by the step): the whole
   // ones (stage 1, or a pipeline's) are zeroed at the next step's start.
   grads_zero_ = zero_ == 0 || params_->grad_storage() == GradStorage::kLayerRing;
-  if (zero_ >= 1) gather_params();
+  if (zero_ == 3)
+    gate_->refresh();  // blocks are gathered again as they are needed
+  else if (zero_ >= 1)
+    gather_params();
   // More staging only when a bucket waited for marks with every buffer lent
   // (timing, so not held to --mem-cap here; counted).
   track_reducer_memory(false);

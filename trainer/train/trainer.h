@@ -22,6 +22,7 @@
 #include "tide/compress.h"
 #include "tide/reducer.h"
 #include "train/comm.h"
+#include "train/layer_gather.h"
 #include "train/options.h"
 #include "train/pipeline_run.h"
 
@@ -92,12 +93,19 @@ class Trainer {
   // The optimizer's first (second: second) moments as whole local tensors,
   // per parameter (ZeRO: gathered over the data-parallel group; collective).
   std::vector<std::vector<float>> local_moments(bool second);
+  std::vector<std::vector<float>> local_tensors(const float* shard_laid_out);
+  // Tensor `index`'s values (full: the whole tensor, else this rank's TP
+  // shard of it) into the parameters, or with ZeRO-3 into the weight shard.
+  void set_local_tensor(int index, const float* values, bool full);
   void check_all(bool ok, const std::string& detail, const std::string& what);
   // ZeRO (train/zero.cc): the optimizer's shard from the reducer's layout
   // (param_of: reducer index -> parameter), the updated parameters'
   // all-gather, the formula's model-state bytes, the memory report.
   void setup_zero(const std::vector<int>& param_of);
   void gather_params();
+  // ZeRO-3: the weight shard from the initial (or loaded) values, the
+  // per-block gathers, the other tensors gathered.
+  void setup_zero3();
   // Counts the reducer's staging bytes (tideReducerGetBufferBytes) as comm.
   void track_reducer_memory(bool capped);
   double formula_bytes() const;
@@ -129,7 +137,11 @@ class Trainer {
   mem::Floats<mem::Kind::kGrads> shard_grads_;  // ZeRO: this rank's reduced gradients
   std::vector<void*> param_outs_;               // ZeRO: the all-gather's destinations
   size_t shard_count_ = 0, shard_padding_ = 0;
-  size_t reducer_bytes_ = 0;  // the reducer's staging, as counted
+  size_t reducer_bytes_ = 0;                // the reducer's staging, as counted
+  mem::Floats<mem::Kind::kParams> pshard_;  // ZeRO-3: this rank's shard of the weights
+  std::unique_ptr<LayerGather> gate_;       // ZeRO-3
+  tideCompressConfig_t param_compress_{};   // ZeRO-3: --compress-params
+  bool has_param_compress_ = false;
   double peak_flops_ = 0.0, flops_per_token_ = 0.0;
   std::vector<int> inputs_, targets_;
   bool tty_ = false;

@@ -72,13 +72,18 @@ std::vector<float> Trainer::gather_full(int index, const float* local, size_t n)
 
 std::vector<std::vector<float>> Trainer::local_moments(bool second) {
   auto& state = second ? optim_->exp_avg_sq() : optim_->exp_avg();
+  return local_tensors(state.data());
+}
+
+// The optimizer's shard-laid-out `state` (moments, or ZeRO-3's weights) as
+// whole local tensors.
+std::vector<std::vector<float>> Trainer::local_tensors(const float* state) {
   std::vector<std::vector<float>> local(params_->params.size());
   for (size_t i = 0; i < local.size(); ++i) local[i].assign(params_->params[i].size(), 0.0f);
   if (!optim_->sharded()) {
     for (const Segment& s : optim_->segments())
       std::copy(
-          state.begin() + static_cast<std::ptrdiff_t>(s.at),
-          state.begin() + static_cast<std::ptrdiff_t>(s.at + s.n),
+          state + s.at, state + s.at + s.n,
           local[static_cast<size_t>(s.param)].begin() + static_cast<std::ptrdiff_t>(s.offset));
     return local;
   }
@@ -86,20 +91,45 @@ std::vector<std::vector<float>> Trainer::local_moments(bool second) {
   std::vector<void*> outs;
   for (size_t i = 0; i < local.size(); ++i)
     if (reducer_id_[i] >= 0) outs.push_back(local[i].data());
-  const tideResult_t r = tideReducerAllGather(reducer_, state.data(), outs.data(), -1, nullptr);
+  const tideResult_t r = tideReducerAllGather(reducer_, state, outs.data(), -1, nullptr);
   if (r != tideSuccess)
     throw Error(std::string("gathering the optimizer's moments: ") + tideGetErrorString(r) + " (" +
                 tideReducerGetLastError(reducer_) + ")");
   return local;
 }
 
+void Trainer::set_local_tensor(int index, const float* values, bool full) {
+  Param& p = params_->params[static_cast<size_t>(index)];
+  if (!p.owned) return;
+  if (zero_ < 3) {
+    if (full)
+      params_->shard_from_full(index, values);
+    else
+      std::copy(values, values + p.size(), p.data.data());
+    return;
+  }
+  // ZeRO-3: this rank's segments of it into the weight shard.
+  std::vector<float> local;
+  if (full) {
+    local.assign(p.size(), 0.0f);
+    params_->shard_into(index, values, local.data());
+    values = local.data();
+  }
+  for (const Segment& s : optim_->segments())
+    if (s.param == index)
+      std::copy(values + s.offset, values + s.offset + s.n, pshard_.data() + s.at);
+}
+
 TensorFile Trainer::gather_weights() {
   TensorFile f;
   f.metadata = model_metadata(model_);
+  // ZeRO-3: the data-parallel group's shards of every tensor first.
+  std::vector<std::vector<float>> local;
+  if (zero_ == 3) local = local_tensors(pshard_.data());
   for (size_t i = 0; i < params_->params.size(); ++i) {
     const Param& p = params_->params[i];
-    f.tensors[p.name] =
-        Tensor{p.full_shape, gather_full(static_cast<int>(i), p.data.data(), p.size())};
+    const float* mine = zero_ == 3 ? local[i].data() : p.data.data();
+    f.tensors[p.name] = Tensor{p.full_shape, gather_full(static_cast<int>(i), mine, p.size())};
   }
   return f;
 }
@@ -122,7 +152,7 @@ void Trainer::load_weights(const TensorFile& file, const std::string& what) {
     if (it->second.shape != p.full_shape)
       throw Error(what + ": " + p.name + " has shape " + shape_text(it->second.shape) +
                   ", the model needs " + shape_text(p.full_shape));
-    params_->shard_from_full(static_cast<int>(i), it->second.data.data());
+    set_local_tensor(static_cast<int>(i), it->second.data.data(), true);
     ++used;
   }
   auto head = file.tensors.find("lm_head.weight");
@@ -312,6 +342,7 @@ int64_t Trainer::resume_if_asked() {
       }
     }
     optim_->set_steps(st.at("optimizer_steps").get<int64_t>());
+    if (gate_) gate_->refresh();  // ZeRO-3: the loaded shard, gathered afresh
   } catch (const std::exception& e) {
     ok = false;
     err = e.what();

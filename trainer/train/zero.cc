@@ -63,20 +63,60 @@ void Trainer::setup_zero(const std::vector<int>& param_of) {
     throw Error("the reducer's shard (" + std::to_string(count) + " elements) is larger than " +
                 std::to_string(shard_grads_.size()));
   std::vector<Segment> segs;
-  size_t covered = 0;
   for (const tideReducerSegment_t& s : raw) {
     segs.push_back(
         Segment{param_of[static_cast<size_t>(s.grad)], s.offset, s.count, s.shardOffset});
-    covered += s.count;
   }
   shard_count_ = count;
-  shard_padding_ = count - covered;
+  // Padding over the whole group: D chunks of every bucket, less the
+  // gradients (at most D - 1 elements per bucket).
+  size_t total = 0;
+  for (const Param& p : params_->params) total += p.owned ? p.size() : 0;
+  shard_padding_ = static_cast<size_t>(groups_->dp_size) * count - total;
   if (own_grads) shard_grads_.resize(count);  // the padding bound's spare is never used
   optim_->set_shard(std::move(segs), count, own_grads ? shard_grads_.data() : nullptr,
                     dp_coll_.get());
   param_outs_.clear();
   for (Param& p : params_->params)
     if (p.owned) param_outs_.push_back(p.data.data());
+  if (zero_ == 3) {
+    mem::Label l("the weights' shard (" + std::to_string(count) + " floats)");
+    pshard_.assign(count, 0.0f);
+    optim_->set_weight_shard(pshard_.data());
+  }
+}
+
+void Trainer::setup_zero3() {
+  // The initial weights (each tensor drawn whole, as at every layout), or
+  // --init-from's, into the shard.
+  for (size_t i = 0; i < params_->params.size(); ++i) {
+    const Param& p = params_->params[i];
+    if (!p.owned) continue;
+    std::vector<float> local(p.size(), 0.0f);
+    params_->init_tensor(static_cast<int>(i), static_cast<uint64_t>(o_.seed), local.data());
+    set_local_tensor(static_cast<int>(i), local.data(), false);
+  }
+  if (!o_.init_from.empty()) load_weights(read_safetensors(o_.init_from), o_.init_from);
+  int nb = 0;
+  std::vector<int> bucket_of(param_outs_.size(), 0);
+  if (tideReducerGetLayout(reducer_, bucket_of.data(), &nb) != tideSuccess)
+    throw Error(std::string("tideReducerGetLayout: ") + tideReducerGetLastError(reducer_));
+  std::vector<std::vector<int>> layer_buckets(static_cast<size_t>(model_.n_layer));
+  std::vector<int> others;
+  std::vector<char> seen(static_cast<size_t>(nb), 0);
+  size_t g = 0;
+  for (const Param& p : params_->params) {
+    if (!p.owned) continue;
+    const int b = bucket_of[g++];
+    if (seen[static_cast<size_t>(b)]) continue;
+    seen[static_cast<size_t>(b)] = 1;
+    (p.layer >= 0 ? layer_buckets[static_cast<size_t>(p.layer)] : others).push_back(b);
+  }
+  gate_ = std::make_unique<LayerGather>(reducer_, pshard_.data(), param_outs_,
+                                        std::move(layer_buckets), std::move(others),
+                                        has_param_compress_ ? &param_compress_ : nullptr);
+  for (auto& c : chunks_) c->set_gate(gate_.get());
+  gate_->refresh();
 }
 
 // ZeRO 1-2, after the optimizer step: every rank's updated shard of the
@@ -99,7 +139,8 @@ double Trainer::formula_bytes() const {
   const bool whole_grads = zero_ < 2 || params_->grad_storage() == GradStorage::kFull;
   const double grads = whole_grads ? 4.0 * psi : 4.0 * psi / nd;
   const double optim = zero_ >= 1 ? 8.0 * psi / nd : 8.0 * psi;
-  return 4.0 * psi + grads + optim;
+  const double weights = zero_ == 3 ? 4.0 * psi / nd : 4.0 * psi;
+  return weights + grads + optim;
 }
 
 // The process's peak resident memory (VmHWM of /proc/self/status) in
@@ -134,12 +175,13 @@ void Trainer::print_memory(const char* when) {
     const bool whole = zero_ < 2 || params_->grad_storage() == GradStorage::kFull;
     std::printf(
         "memory formula: ZeRO-%d fp32, psi %zu parameters on this rank, Nd %d: %s%s = %s "
-        "(measured/formula %.4f; shard padding %zu elements)\n",
+        "(measured/formula %.4f; shard padding %zu elements over the group)\n",
         zero_, params_->count_local(), groups_->dp_size,
-        zero_ == 0 ? "16 psi"
-        : whole    ? "8 psi + 8 psi/Nd"
-                   : "4 psi + 12 psi/Nd",
-        zero_ == 2 && whole ? " (pipeline: gradients held whole through the phase)" : "",
+        zero_ == 0   ? "16 psi"
+        : zero_ == 3 ? (whole ? "4 psi + 12 psi/Nd" : "16 psi/Nd")
+        : whole      ? "8 psi + 8 psi/Nd"
+                     : "4 psi + 12 psi/Nd",
+        zero_ >= 2 && whole ? " (pipeline: gradients held whole through the phase)" : "",
         mib(formula_bytes()).c_str(), states / formula_bytes(), shard_padding_);
   }
   std::fflush(stdout);
