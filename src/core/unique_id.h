@@ -22,6 +22,12 @@ struct UniqueIdData {
   uint8_t secret[kSecretBytes] = {};  // job secret
   bool authenticated = false;         // false: secret unset (warned about)
   bool rank0StartsRoot = false;       // true: rank 0's init starts the root at `root`
+  // Random for a communicator made from another (split, shrink), so its
+  // hash, and the names of its shared-memory resources, differ from any
+  // other communicator's of the job even when a bootstrap root's port is
+  // reused while an earlier one still sets up (0: ids every rank derives
+  // alike from the environment).
+  uint64_t nonce = 0;
 };
 
 void encodeUniqueId(const UniqueIdData& data, tideUniqueId* id);

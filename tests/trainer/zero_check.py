@@ -14,8 +14,9 @@
 4. Checkpoints: a ZeRO-2 DP2 checkpoint resumes at ZeRO-1 DP4, and a ZeRO-3
    DP4 one at ZeRO-1 DP2, each within the tolerance of an uninterrupted
    ZeRO-0 run.
-5. --compress-params int8 (ZeRO-3's quantized weight gathers) stays within
-   0.02 nats of ZeRO 0; bad --zero, --compress-params, --mem-cap and
+5. --compress-params int8 (ZeRO-3's quantized weight gathers) and --compress
+   int8 at ZeRO 2 (the compressed Reduce-Scatter) stay within 0.02 nats of
+   ZeRO 0; bad --zero, --compress-params, --mem-cap and
    --checkpoint-activations values are errors on every rank.
 Usage: zero_check.py TIDE_TRAIN TIDERUN WORKDIR [--steps N] [--only PART,...]
 Exit 0: pass, 1: fail (every number printed).
@@ -153,6 +154,13 @@ def codec_and_errors(a, r):
         r.check(len(rows) == a.steps and d <= 0.02,
                 f"ZeRO-3 DP2 with int8 parameter gathers: losses within {d:.4f} nats of ZeRO 0 "
                 "(bar 0.02)")
+    rows, _ = r.go("rs_int8", 2, ["--dp", "2", "--zero", "2", "--compress", "int8",
+                                  "--steps", str(a.steps)])
+    if base is not None and rows is not None:
+        d = max(abs(x["loss"] - y["loss"]) for x, y in zip(rows, base))
+        r.check(len(rows) == a.steps and d <= 0.02,
+                f"ZeRO-2 DP2 with --compress int8 (compressed Reduce-Scatter): losses within "
+                f"{d:.4f} nats of ZeRO 0 (bar 0.02)")
     for flags, want in ((["--zero", "4"], "--zero 4"),
                         (["--zero", "2", "--compress-params", "int8"], "needs --zero 3"),
                         (["--zero", "3", "--compress-params", "topk"], "--compress-params topk"),

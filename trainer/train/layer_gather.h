@@ -49,4 +49,28 @@ class LayerGather : public WeightGate {
   long gathers_ = 0;
 };
 
+// ZeRO 1-2: the weights are whole on every rank; after an update each
+// rank's updated elements are all-gathered in place, block by block, on the
+// reducer's gather thread, and each block's forward waits only for its own
+// gather (the next step's forward overlaps the rest), instead of one
+// exposed All-Gather of the whole model after the update.
+class UpdateGather : public WeightGate {
+ public:
+  UpdateGather(tideReducer_t reducer, std::vector<void*> outs,
+               std::vector<std::vector<int>> layer_buckets, std::vector<int> others);
+  // After the update: the other tensors gathered now, every block's started.
+  void start_all();
+  void need(int layer, int next) override;
+  // Every started gather done (before the weights are read whole).
+  void wait_all();
+
+ private:
+  void check(tideResult_t r, const char* what) const;
+  tideReducer_t reducer_;
+  std::vector<void*> outs_;
+  std::vector<std::vector<int>> layer_buckets_;
+  std::vector<int> others_;
+  std::vector<char> pending_;  // per block
+};
+
 }  // namespace tide_train

@@ -279,7 +279,7 @@ void Trainer::setup_reducer() {
     const int layer = params_->params[static_cast<size_t>(i)].layer;
     groups.push_back(layer >= 0 ? layer : model_.n_layer);
   }
-  if (zero_ == 3) {
+  if (zero_ >= 1) {  // ZeRO 1-2: the updated weights' gathers overlap the next forward
     rc.groups = groups.data();
     rc.gatherAsync = 1;
   }

@@ -106,6 +106,8 @@ class Trainer {
   // ZeRO-3: the weight shard from the initial (or loaded) values, the
   // per-block gathers, the other tensors gathered.
   void setup_zero3();
+  // The reducer's buckets of each block's tensors and of the others.
+  void block_buckets(std::vector<std::vector<int>>* layers, std::vector<int>* others);
   // Counts the reducer's staging bytes (tideReducerGetBufferBytes) as comm.
   void track_reducer_memory(bool capped);
   double formula_bytes() const;
@@ -140,6 +142,7 @@ class Trainer {
   size_t reducer_bytes_ = 0;                // the reducer's staging, as counted
   mem::Floats<mem::Kind::kParams> pshard_;  // ZeRO-3: this rank's shard of the weights
   std::unique_ptr<LayerGather> gate_;       // ZeRO-3
+  std::unique_ptr<UpdateGather> update_;    // ZeRO 1-2
   tideCompressConfig_t param_compress_{};   // ZeRO-3: --compress-params
   bool has_param_compress_ = false;
   double peak_flops_ = 0.0, flops_per_token_ = 0.0;

@@ -126,6 +126,7 @@ TensorFile Trainer::gather_weights() {
   // ZeRO-3: the data-parallel group's shards of every tensor first.
   std::vector<std::vector<float>> local;
   if (zero_ == 3) local = local_tensors(pshard_.data());
+  if (update_) update_->wait_all();  // ZeRO 1-2: the last update's gathers
   for (size_t i = 0; i < params_->params.size(); ++i) {
     const Param& p = params_->params[i];
     const float* mine = zero_ == 3 ? local[i].data() : p.data.data();

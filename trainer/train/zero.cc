@@ -83,6 +83,31 @@ void Trainer::setup_zero(const std::vector<int>& param_of) {
     mem::Label l("the weights' shard (" + std::to_string(count) + " floats)");
     pshard_.assign(count, 0.0f);
     optim_->set_weight_shard(pshard_.data());
+    return;
+  }
+  std::vector<std::vector<int>> layer_buckets;
+  std::vector<int> others;
+  block_buckets(&layer_buckets, &others);
+  update_ = std::make_unique<UpdateGather>(reducer_, param_outs_, std::move(layer_buckets),
+                                           std::move(others));
+  for (auto& c : chunks_) c->set_gate(update_.get());
+}
+
+void Trainer::block_buckets(std::vector<std::vector<int>>* layers, std::vector<int>* others) {
+  int nb = 0;
+  std::vector<int> bucket_of(param_outs_.size(), 0);
+  if (tideReducerGetLayout(reducer_, bucket_of.data(), &nb) != tideSuccess)
+    throw Error(std::string("tideReducerGetLayout: ") + tideReducerGetLastError(reducer_));
+  layers->assign(static_cast<size_t>(model_.n_layer), {});
+  others->clear();
+  std::vector<char> seen(static_cast<size_t>(nb), 0);
+  size_t g = 0;
+  for (const Param& p : params_->params) {
+    if (!p.owned) continue;
+    const int b = bucket_of[g++];
+    if (seen[static_cast<size_t>(b)]) continue;
+    seen[static_cast<size_t>(b)] = 1;
+    (p.layer >= 0 ? (*layers)[static_cast<size_t>(p.layer)] : *others).push_back(b);
   }
 }
 
@@ -97,21 +122,9 @@ void Trainer::setup_zero3() {
     set_local_tensor(static_cast<int>(i), local.data(), false);
   }
   if (!o_.init_from.empty()) load_weights(read_safetensors(o_.init_from), o_.init_from);
-  int nb = 0;
-  std::vector<int> bucket_of(param_outs_.size(), 0);
-  if (tideReducerGetLayout(reducer_, bucket_of.data(), &nb) != tideSuccess)
-    throw Error(std::string("tideReducerGetLayout: ") + tideReducerGetLastError(reducer_));
-  std::vector<std::vector<int>> layer_buckets(static_cast<size_t>(model_.n_layer));
+  std::vector<std::vector<int>> layer_buckets;
   std::vector<int> others;
-  std::vector<char> seen(static_cast<size_t>(nb), 0);
-  size_t g = 0;
-  for (const Param& p : params_->params) {
-    if (!p.owned) continue;
-    const int b = bucket_of[g++];
-    if (seen[static_cast<size_t>(b)]) continue;
-    seen[static_cast<size_t>(b)] = 1;
-    (p.layer >= 0 ? layer_buckets[static_cast<size_t>(p.layer)] : others).push_back(b);
-  }
+  block_buckets(&layer_buckets, &others);
   gate_ = std::make_unique<LayerGather>(reducer_, pshard_.data(), param_outs_,
                                         std::move(layer_buckets), std::move(others),
                                         has_param_compress_ ? &param_compress_ : nullptr);
@@ -121,13 +134,11 @@ void Trainer::setup_zero3() {
 
 // ZeRO 1-2, after the optimizer step: every rank's updated shard of the
 // parameters into every rank's tensors (collective over the data-parallel
-// group).
+// group, on the reducer's gather communicator).
 void Trainer::gather_params() {
-  // In place: each rank's updated elements are read from its tensors.
-  const tideResult_t r = tideReducerAllGather(reducer_, nullptr, param_outs_.data(), -1, nullptr);
-  if (r != tideSuccess)
-    throw Error(std::string("all-gathering the updated parameters (tideReducerAllGather): ") +
-                tideGetErrorString(r) + " (" + tideReducerGetLastError(reducer_) + ")");
+  // Started block by block; each block's forward waits for its own
+  // (train/layer_gather.h, UpdateGather).
+  update_->start_all();
 }
 
 // Model-state bytes per rank of ZeRO stage `zero` in fp32 (Rajbhandari et

@@ -62,6 +62,7 @@ struct PackedId {
   uint8_t pad[7];
   WireAddr root;
   uint8_t secret[kSecretBytes];
+  uint64_t nonce;
 };
 static_assert(sizeof(PackedId) <= TIDE_UNIQUE_ID_BYTES);
 
@@ -73,6 +74,7 @@ void encodeUniqueId(const UniqueIdData& data, tideUniqueId* id) {
   p.flags = (data.authenticated ? 1 : 0) | (data.rank0StartsRoot ? 2 : 0);
   p.root = toWire(data.root);
   memcpy(p.secret, data.secret, kSecretBytes);
+  p.nonce = data.nonce;
   memset(id->internal, 0, sizeof(id->internal));
   memcpy(id->internal, &p, sizeof(p));
 }
@@ -88,6 +90,7 @@ Status decodeUniqueId(const tideUniqueId& id, UniqueIdData* data) {
   data->authenticated = (p.flags & 1) != 0;
   data->rank0StartsRoot = (p.flags & 2) != 0;
   memcpy(data->secret, p.secret, kSecretBytes);
+  data->nonce = p.nonce;
   return Status::Ok();
 }
 

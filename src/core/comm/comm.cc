@@ -8,6 +8,7 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "core/auth.h"
 #include "core/boot/bootstrap.h"
 #include "core/comm/affinity.h"
 #include "core/comm/probe.h"
@@ -416,6 +417,7 @@ Status splitCommunicator(tideComm* comm, int color, int key, tideComm** newcomm,
     TIDE_TRY(resolveAddress(comm->bootstrap->localAddress(), 0, &nid.root));
     memcpy(nid.secret, comm->id.secret, kSecretBytes);
     nid.authenticated = comm->id.authenticated;
+    TIDE_TRY(randomBytes(&nid.nonce, sizeof(nid.nonce)));
     TIDE_TRY(startBootstrapRoot(&nid));
     encodeUniqueId(nid, &ids[comm->rank]);
   }
