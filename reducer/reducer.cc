@@ -107,9 +107,7 @@ Err parseArgs(int ngrads, void* const* grads, const size_t* counts, tideDataType
   if (e.ok()) e = flag(c.average, true, "average", &r->average);
   if (e.ok()) e = flag(c.findUnused, false, "findUnused", &r->findUnused);
   if (e.ok()) e = flag(c.reduceScatter, false, "reduceScatter", &r->reduceScatter);
-  if (e.ok())
-    e = flag(c.gatherAsync == 0 ? TIDE_CONFIG_UNDEF_INT : c.gatherAsync, false, "gatherAsync",
-             &r->gatherAsync);
+  if (e.ok()) e = flag(c.gatherAsync, false, "gatherAsync", &r->gatherAsync);
   if (!e.ok()) return e;
   if (r->gatherAsync && !r->reduceScatter)
     return fail(tideInvalidArgument, "config->gatherAsync 1 needs reduceScatter 1");
@@ -373,8 +371,13 @@ void installBuckets(tideReducer* r, std::vector<Bucket>* buckets) {
   r->buckets = std::move(*buckets);
   buckets->clear();
   r->bucketOf.assign(static_cast<size_t>(r->ngrads), 0);
+  r->slotOf.assign(static_cast<size_t>(r->ngrads), 0);
   for (size_t b = 0; b < r->buckets.size(); ++b) {
-    for (int g : r->buckets[b].grads) r->bucketOf[static_cast<size_t>(g)] = static_cast<int>(b);
+    const std::vector<int>& grads = r->buckets[b].grads;
+    for (size_t k = 0; k < grads.size(); ++k) {
+      r->bucketOf[static_cast<size_t>(grads[k])] = static_cast<int>(b);
+      r->slotOf[static_cast<size_t>(grads[k])] = k;
+    }
   }
 }
 
@@ -442,9 +445,7 @@ Err markReady(tideReducer* r, int index) {
   Bucket& b = r->buckets[static_cast<size_t>(r->bucketOf[g])];
   if (r->reduceScatter && r->counts[g] > 0) {  // the caller may reuse grads[g] at once
     ensureStaging(r, b);
-    const size_t k =
-        static_cast<size_t>(std::find(b.grads.begin(), b.grads.end(), index) - b.grads.begin());
-    std::memcpy(b.staging.data() + b.offsets[k] * r->elemSize, r->grads[g],
+    std::memcpy(b.staging.data() + b.offsets[r->slotOf[g]] * r->elemSize, r->grads[g],
                 r->counts[g] * r->elemSize);
   }
   b.pending--;

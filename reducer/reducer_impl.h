@@ -95,7 +95,8 @@ struct tideReducer {
   uint64_t fingerprint = 0;  // of the creation arguments (the same on every rank)
 
   std::vector<tide_reducer::Bucket> buckets;
-  std::vector<int> bucketOf;  // gradient -> bucket
+  std::vector<int> bucketOf;   // gradient -> bucket
+  std::vector<size_t> slotOf;  // gradient -> its place in its bucket's grads
 
   // The step in progress.
   bool inStep = false;

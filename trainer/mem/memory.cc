@@ -33,9 +33,9 @@ std::string mib(size_t bytes) {
 }
 
 // Counts `bytes` of kind k (the caller holds the lock); throws past the cap.
-void add_locked(Usage& u, Kind k, size_t bytes) {
+void add_locked(Usage& u, Kind k, size_t bytes, bool capped = true) {
   const int i = static_cast<int>(k);
-  if (u.cap > 0 && u.current_total + bytes > u.cap) {
+  if (capped && u.cap > 0 && u.current_total + bytes > u.cap) {
     const std::string what = !labels.empty() ? labels.back() : std::string(name(k)) + " buffer";
     throw Error("--mem-cap " + std::to_string(u.cap) + " bytes: " + what + " (" + mib(bytes) +
                 ", " + name(k) + ") does not fit: " + mib(u.current_total) +
@@ -99,13 +99,10 @@ void release(Kind k, void* p, size_t bytes) noexcept {
 void account(Kind k, long long add, bool capped) {
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
-  const size_t cap = s.u.cap;
-  if (!capped) s.u.cap = 0;
   if (add >= 0)
-    add_locked(s.u, k, static_cast<size_t>(add));
+    add_locked(s.u, k, static_cast<size_t>(add), capped);
   else
     sub_locked(s.u, k, static_cast<size_t>(-add));
-  s.u.cap = cap;
 }
 
 void set_cap(size_t bytes) {

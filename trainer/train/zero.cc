@@ -73,7 +73,6 @@ void Trainer::setup_zero(const std::vector<int>& param_of) {
   size_t total = 0;
   for (const Param& p : params_->params) total += p.owned ? p.size() : 0;
   shard_padding_ = static_cast<size_t>(groups_->dp_size) * count - total;
-  if (own_grads) shard_grads_.resize(count);  // the padding bound's spare is never used
   optim_->set_shard(std::move(segs), count, own_grads ? shard_grads_.data() : nullptr,
                     dp_coll_.get());
   param_outs_.clear();
