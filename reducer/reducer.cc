@@ -118,9 +118,11 @@ Err parseArgs(int ngrads, void* const* grads, const size_t* counts, tideDataType
                   "config->rebuildBuckets 1 with reduceScatter 1: the reduce-scatter layout is "
                   "fixed at creation (pass 0 or TIDE_CONFIG_UNDEF_INT)");
     r->rebuild = false;
-    if (dt != tideFloat32 && dt != tideFloat64)
+    if (dt != tideFloat32 && dt != tideFloat64 && dt != tideBfloat16 && dt != tideFloat16)
       return fail(tideInvalidArgument,
-                  "reduce-scatter mode needs float32 or float64 gradients (datatype %d)", dt);
+                  "reduce-scatter mode needs float32, float64, bfloat16 or float16 gradients "
+                  "(datatype %d)",
+                  dt);
     r->shard = c.shard;
   }
   if (c.compress != nullptr) {

@@ -80,7 +80,9 @@ typedef struct {
    * (tideReducerGetShard lists what each element is). In this mode
    * MarkReady (of a synced step) copies the gradient into the bucket before
    * returning, so the caller may reuse grads[i] at once (with shard NULL
-   * the elements it covers are written before Wait returns). */
+   * the elements it covers are written before Wait returns). Datatypes:
+   * float32, float64, bfloat16, float16 (a 16-bit shard is added to in fp32
+   * and rounded once: tideReduceLocal). */
   int reduceScatter;
   /* Reduce-scatter mode: TIDE_CONFIG_UNDEF_INT or 0: tideReducerAllGatherStart
    * gathers at once on the caller's thread; 1: the reducer makes a second

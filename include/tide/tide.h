@@ -291,6 +291,16 @@ tideResult_t tideReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 tideResult_t tideAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           tideDataType_t datatype, tideComm_t comm, tideStream_t stream);
 
+/* inoutbuf[i] = inbuf[i] OP inoutbuf[i] for count elements of host memory, on
+ * the calling thread, with the kernels the collectives use (MPI_Reduce_local's
+ * contract): 16-bit floats are widened to fp32, combined and rounded to
+ * nearest even once. op: tideSum, tideProd, tideMax or tideMin (tideAvg has
+ * no local meaning: tideInvalidArgument). No communicator; blocking;
+ * thread-safe. count 0 is a no-op; NULL buffers with count > 0, a bad
+ * datatype or op are tideInvalidArgument. */
+tideResult_t tideReduceLocal(const void* inbuf, void* inoutbuf, size_t count,
+                             tideDataType_t datatype, tideRedOp_t op);
+
 /* Point to point. Sends and receives between one pair of ranks are matched in
  * the order they were issued. Inside a group, any order never deadlocks, and a
  * receive may target the buffer a send of the same group reads (it lands once

@@ -19,8 +19,11 @@
  *  Each with the reducer's worker thread and with a host stream of the caller.
  *  - gatherAsync 1 with groups: no bucket spans two groups; all-gathers
  *    started inside a step give the tensors, and the step's shard is right.
+ *  - bfloat16 gradients into a bfloat16 shard (mixed precision's ZeRO 2-3):
+ *    two steps' means added, each within bf16 rounding of the fp64 mean;
+ *    tideReduceLocal's sums (bf16, fp16, fp32, int32) and its bad input.
  *  - Misuse: AllGather inside a step and GetShard of a plain reducer are
- *    tideInvalidUsage; rebuildBuckets 1 or float16 with reduceScatter are
+ *    tideInvalidUsage; rebuildBuckets 1 or int32 with reduceScatter are
  *    tideInvalidArgument on every rank; the reducer stays usable.
  */
 #include "reducer_common.h"
@@ -334,6 +337,115 @@ static void Async(void) {
   free(shard);
 }
 
+static uint16_t ToBf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float FromBf16(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* tideReduceLocal: sums rounded once per element, the same kernels as the
+ * collectives; bad arguments are tideInvalidArgument. */
+static void LocalReduce(void) {
+  enum { n = 1001 };
+  uint16_t a[n], b[n];
+  float x[n], y[n];
+  int32_t p[n], q[n];
+  size_t i;
+  for (i = 0; i < n; ++i) {
+    const float u = (float)i * 0.37f - 150.0f, v = 1.0f / ((float)i + 3.0f);
+    a[i] = ToBf16(u);
+    b[i] = ToBf16(v);
+    x[i] = u;
+    y[i] = v;
+    p[i] = (int32_t)i - 500;
+    q[i] = 3 * (int32_t)i;
+  }
+  MUST(tideReduceLocal(a, b, n, tideBfloat16, tideSum));
+  MUST(tideReduceLocal(x, y, n, tideFloat32, tideSum));
+  MUST(tideReduceLocal(p, q, n, tideInt32, tideSum));
+  for (i = 0; i < n; ++i) {
+    const float u = FromBf16(ToBf16((float)i * 0.37f - 150.0f));
+    const float v = FromBf16(ToBf16(1.0f / ((float)i + 3.0f)));
+    CHECK(b[i] == ToBf16(u + v), "bf16 %zu: %g, want %g", i, FromBf16(b[i]), u + v);
+    CHECK(y[i] == (float)i * 0.37f - 150.0f + 1.0f / ((float)i + 3.0f), "fp32 %zu", i);
+    CHECK(q[i] == 4 * (int32_t)i - 500, "int32 %zu: %d", i, q[i]);
+    if (b[i] != ToBf16(u + v) || q[i] != 4 * (int32_t)i - 500) break;
+  }
+  {
+    uint16_t h1 = 0x3c00, h2 = 0x4000; /* fp16 1 and 2 */
+    MUST(tideReduceLocal(&h1, &h2, 1, tideFloat16, tideMax));
+    CHECK(h2 == 0x4000, "fp16 max: %04x", h2);
+    MUST(tideReduceLocal(&h1, &h2, 1, tideFloat16, tideSum));
+    CHECK(h2 == 0x4200, "fp16 1 + 2: %04x, want 3 (4200)", h2);
+  }
+  CHECK(tideReduceLocal(NULL, y, 0, tideFloat32, tideSum) == tideSuccess, "count 0");
+  CHECK(tideReduceLocal(NULL, y, 3, tideFloat32, tideSum) == tideInvalidArgument, "NULL in");
+  CHECK(tideReduceLocal(x, NULL, 3, tideFloat32, tideSum) == tideInvalidArgument, "NULL inout");
+  CHECK(tideReduceLocal(x, y, 3, (tideDataType_t)99, tideSum) == tideInvalidArgument, "dtype");
+  CHECK(tideReduceLocal(x, y, 3, tideFloat32, (tideRedOp_t)42) == tideInvalidArgument, "op");
+  CHECK(tideReduceLocal(x, y, 3, tideFloat32, tideAvg) == tideInvalidArgument, "avg");
+}
+
+/* bfloat16 gradients reduce-scattered into a bfloat16 shard, two steps. */
+static void HalfShard(void) {
+  tideReducerConfig_t config = TIDE_REDUCER_CONFIG_INITIALIZER;
+  tideReducer_t red = NULL;
+  tideReducerSegment_t* segs;
+  uint16_t* hg[kGrads];
+  uint16_t* shard;
+  size_t count = 0, i, total = kGrads;
+  int g, k, n = 0, s, r, bad = 0;
+  for (g = 0; g < kGrads; ++g) {
+    hg[g] = (uint16_t*)calloc(kCounts[g] + 1, sizeof(uint16_t));
+    total += kCounts[g];
+  }
+  shard = (uint16_t*)calloc(total, sizeof(uint16_t));
+  config.bucketBytes = 32u << 10;
+  config.firstBucketBytes = 8u << 10;
+  config.reduceScatter = 1;
+  config.shard = shard;
+  MUST(tideReducerCreate(g_comm, kGrads, (void* const*)hg, kCounts, tideBfloat16, &config, &red));
+  for (s = 1; s <= 2; ++s) {
+    int order[kGrads];
+    MarkOrder(g_rank, s, kGrads, order);
+    for (k = 0; k < kGrads; ++k) {
+      g = order[k];
+      for (i = 0; i < kCounts[g]; ++i) hg[g][i] = ToBf16(Input(g_rank, s, g, i));
+      MUST(tideReducerMarkReady(red, g));
+    }
+    MUST(tideReducerWait(red));
+  }
+  n = Segments(red, &segs, &count);
+  for (k = 0; k < n && !bad; ++k) {
+    const tideReducerSegment_t* sg = &segs[k];
+    for (i = 0; i < sg->count && !bad; ++i) {
+      double want = 0, mag = 0;
+      for (s = 1; s <= 2; ++s)
+        for (r = 0; r < g_nranks; ++r) {
+          const double v = FromBf16(ToBf16(Input(r, s, sg->grad, sg->offset + i)));
+          want += v / g_nranks;
+          mag += fabs(v) / g_nranks;
+        }
+      if (fabs(FromBf16(shard[sg->shardOffset + i]) - want) > (g_nranks + 3) * ldexp(mag, -8)) {
+        CHECK(0, "bf16 shard: gradient %d element %zu is %g, want %g", sg->grad, sg->offset + i,
+              FromBf16(shard[sg->shardOffset + i]), want);
+        bad = 1;
+      }
+    }
+  }
+  MUST(tideReducerDestroy(red));
+  for (g = 0; g < kGrads; ++g) free(hg[g]);
+  free(shard);
+  free(segs);
+}
+
 static void Misuse(void) {
   tideReducerConfig_t config = TIDE_REDUCER_CONFIG_INITIALIZER;
   tideReducer_t red = NULL;
@@ -348,8 +460,8 @@ static void Misuse(void) {
   CHECK(rc == tideInvalidArgument, "rebuildBuckets 1 with reduceScatter: %s",
         tideGetErrorString(rc));
   config.rebuildBuckets = TIDE_CONFIG_UNDEF_INT;
-  rc = tideReducerCreate(g_comm, kGrads, (void* const*)g_grad, kCounts, tideFloat16, &config, &red);
-  CHECK(rc == tideInvalidArgument, "float16 with reduceScatter: %s", tideGetErrorString(rc));
+  rc = tideReducerCreate(g_comm, kGrads, (void* const*)g_grad, kCounts, tideInt32, &config, &red);
+  CHECK(rc == tideInvalidArgument, "int32 with reduceScatter: %s", tideGetErrorString(rc));
   CHECK(strstr(tideReducerGetLastError(NULL), "float32") != NULL, "message: %s",
         tideReducerGetLastError(NULL));
   config.reduceScatter = 0;
@@ -377,6 +489,8 @@ static void Body(void) {
   MUST(tideStreamDestroy(g_stream));
   g_stream = NULL;
   Async();
+  HalfShard();
+  LocalReduce();
   Misuse();
   for (g = 0; g < kGrads; ++g) {
     free(g_grad[g]);

@@ -128,30 +128,4 @@ Label::Label(std::string what) { labels.push_back(std::move(what)); }
 
 Label::~Label() { labels.pop_back(); }
 
-Buffer::Buffer(Kind k, size_t n)
-    : k_(k), p_(static_cast<float*>(allocate(k, n * sizeof(float)))), n_(n) {}
-
-Buffer::~Buffer() { reset(); }
-
-Buffer::Buffer(Buffer&& o) noexcept : k_(o.k_), p_(o.p_), n_(o.n_) {
-  o.p_ = nullptr;
-  o.n_ = 0;
-}
-
-Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    k_ = o.k_;
-    p_ = std::exchange(o.p_, nullptr);
-    n_ = std::exchange(o.n_, 0);
-  }
-  return *this;
-}
-
-void Buffer::reset() {
-  release(k_, p_, n_ * sizeof(float));
-  p_ = nullptr;
-  n_ = 0;
-}
-
 }  // namespace tide_train::mem

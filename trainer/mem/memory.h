@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tide_train::mem {
@@ -76,25 +78,42 @@ using Floats = std::vector<float, Alloc<float, K>>;
 using ActFloats = Floats<Kind::kAct>;
 using CommFloats = Floats<Kind::kComm>;
 
-// A fixed buffer of n zeroed floats of kind k (pages touched as written).
-class Buffer {
+// A fixed buffer of n zeroed elements of kind k (pages touched as written):
+// Buffer of floats, HalfBuffer of 16-bit values (mixed precision).
+template <class T>
+class BasicBuffer {
  public:
-  Buffer() = default;
-  Buffer(Kind k, size_t n);
-  ~Buffer();
-  Buffer(Buffer&& o) noexcept;
-  Buffer& operator=(Buffer&& o) noexcept;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  float* data() { return p_; }
-  const float* data() const { return p_; }
+  BasicBuffer() = default;
+  BasicBuffer(Kind k, size_t n) : k_(k), p_(static_cast<T*>(allocate(k, n * sizeof(T)))), n_(n) {}
+  ~BasicBuffer() { reset(); }
+  BasicBuffer(BasicBuffer&& o) noexcept
+      : k_(o.k_), p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  BasicBuffer& operator=(BasicBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      k_ = o.k_;
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  BasicBuffer(const BasicBuffer&) = delete;
+  BasicBuffer& operator=(const BasicBuffer&) = delete;
+  T* data() { return p_; }
+  const T* data() const { return p_; }
   size_t size() const { return n_; }
-  void reset();  // frees it
+  void reset() {  // frees it
+    release(k_, p_, n_ * sizeof(T));
+    p_ = nullptr;
+    n_ = 0;
+  }
 
  private:
   Kind k_ = Kind::kComm;
-  float* p_ = nullptr;
+  T* p_ = nullptr;
   size_t n_ = 0;
 };
+using Buffer = BasicBuffer<float>;
+using HalfBuffer = BasicBuffer<uint16_t>;
 
 }  // namespace tide_train::mem

@@ -73,8 +73,12 @@ bool Ownership::owns(const Param& p) const {
 }
 
 ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own,
-                   GradStorage grads, bool param_ring)
-    : m_(m), tp_(tp), storage_(grads), param_ring_(param_ring) {
+                   GradStorage grads, bool param_ring, const HalfStorage* half)
+    : m_(m), tp_(tp), storage_(grads), param_ring_(param_ring || half != nullptr) {
+  if (half != nullptr) {
+    half_ = true;
+    half_storage_ = *half;
+  }
   validate(m, tp.size);
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size;
   wte = add("transformer.wte.weight", {V, C}, Split::kRows, 1, true);
@@ -101,6 +105,7 @@ ParamSet::ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownersh
   lnf_b = add("transformer.ln_f.bias", {C}, Split::kReplicated, 1, false);
   for (Param& p : params) p.owned = own.owns(p);
   allocate();
+  if (half_) allocate16();
 }
 
 // The largest block's held elements.
@@ -115,30 +120,48 @@ size_t ParamSet::block_floats() const {
   return block;
 }
 
-// Spans of every held tensor in one flat buffer (`flat` != null), or in a
-// ring: block l's tensors in ring[l % 2], each other tensor in a buffer of
-// its own appended to ring (what names them in --mem-cap errors).
-void ParamSet::place(bool grads, float* flat, std::vector<mem::Buffer>* ring) {
+namespace {
+
+// Places every held tensor of `params` in one flat buffer (`flat` != null),
+// or in a ring: block l's tensors in ring[l % 2], each other tensor in a
+// buffer of its own appended to ring (`label` + its name: what names it in
+// --mem-cap errors). set(param, where, n) records the place.
+template <class T, class Set>
+void lay_out(std::vector<Param>& params, T* flat, std::vector<mem::BasicBuffer<T>>* ring,
+             const char* label, Set set) {
   size_t in_block[2] = {0, 0};
   int last_layer = -1;
   for (Param& p : params) {
     if (!p.owned) continue;
     const size_t n = p.size_local();
-    FloatSpan& span = grads ? p.grad : p.data;
     if (flat != nullptr) {
-      span = FloatSpan{flat + p.flat, n};
+      set(p, flat + p.flat, n);
     } else if (p.layer >= 0) {
       const size_t r = static_cast<size_t>(p.layer % 2);
       if (p.layer != last_layer) in_block[r] = 0;
       last_layer = p.layer;
-      span = FloatSpan{(*ring)[r].data() + in_block[r], n};
+      set(p, (*ring)[r].data() + in_block[r], n);
       in_block[r] += n;
     } else {
-      mem::Label l(std::string(grads ? "the gradient buffer of " : "the gathered ") + p.name);
+      mem::Label l(label + p.name);
       ring->emplace_back(mem::Kind::kComm, n);
-      span = FloatSpan{ring->back().data(), n};
+      set(p, ring->back().data(), n);
     }
   }
+}
+
+}  // namespace
+
+void ParamSet::place(bool grads, float* flat, std::vector<mem::Buffer>* ring) {
+  lay_out(params, flat, ring, grads ? "the gradient buffer of " : "the gathered ",
+          [grads](Param& p, float* at, size_t n) {
+            (grads ? p.grad : p.data) = FloatSpan{at, n};
+          });
+}
+
+void ParamSet::place16(bool grads, uint16_t* flat, std::vector<mem::HalfBuffer>* ring) {
+  lay_out(params, flat, ring, grads ? "the 16-bit gradient copy of " : "the gathered 16-bit ",
+          [grads](Param& p, uint16_t* at, size_t) { (grads ? p.grad16 : p.data16) = at; });
 }
 
 void ParamSet::allocate() {
@@ -169,6 +192,33 @@ void ParamSet::allocate() {
   }
   place(false, param_ring_ ? nullptr : data_buf_.data(), &pring_);
   place(true, storage_ == GradStorage::kFull ? grad_buf_.data() : nullptr, &ring_);
+}
+
+void ParamSet::allocate16() {
+  const HalfStorage& h = half_storage_;
+  size_t total = 0;
+  for (const Param& p : params)
+    if (p.owned) total += p.size_local();
+  const size_t block = block_floats();
+  const std::string fmt = ops::name(h.format);
+  if (h.weights_ring) {
+    mem::Label l("the gathered " + fmt + " parameters of two blocks");
+    data16_ring_.emplace_back(mem::Kind::kComm, block);
+    data16_ring_.emplace_back(mem::Kind::kComm, block);
+  } else {
+    mem::Label l("the " + fmt + " parameters (" + std::to_string(total) + " values)");
+    data16_buf_ = mem::HalfBuffer(mem::Kind::kParams, total);
+  }
+  if (h.grads_ring) {
+    mem::Label l("the " + fmt + " gradient copies of two blocks");
+    grad16_ring_.emplace_back(mem::Kind::kComm, block);
+    grad16_ring_.emplace_back(mem::Kind::kComm, block);
+  } else {
+    mem::Label l("the " + fmt + " gradients (" + std::to_string(total) + " values)");
+    grad16_buf_ = mem::HalfBuffer(h.grads_kind, total);
+  }
+  place16(false, h.weights_ring ? nullptr : data16_buf_.data(), &data16_ring_);
+  place16(true, h.grads_ring ? nullptr : grad16_buf_.data(), &grad16_ring_);
 }
 
 int ParamSet::add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks,
@@ -271,6 +321,9 @@ void ParamSet::init_tensor(int index, uint64_t seed, float* out) const {
 
 void ParamSet::zero_grads() {
   for (Param& p : params) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+  if (half_ && !half_storage_.grads_ring)
+    for (Param& p : params)
+      if (p.grad16 != nullptr) std::fill(p.grad16, p.grad16 + p.size(), uint16_t{0});
 }
 
 int64_t ParamSet::count_full(bool with_wpe) const {

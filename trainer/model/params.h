@@ -19,6 +19,7 @@
 
 #include "mem/memory.h"
 #include "model/config.h"
+#include "ops/half.h"
 
 namespace tide_train {
 
@@ -50,6 +51,22 @@ struct FloatSpan {
 // communication buffers.
 enum class GradStorage { kFull, kLayerRing };
 
+// Mixed precision (--precision bf16|fp16; docs/zero.md, "Mixed
+// precision"): the parameters and gradients as the run keeps them are 16-bit
+// (Param::data16, grad16); the fp32 data and grad the kernels compute with
+// are working copies (the data always two block buffers and one per other
+// tensor, filled by the trainer's gate). weights_ring (ZeRO-3): the 16-bit
+// weights are gathered into two block buffers too (communication buffers);
+// else whole (params). grads_ring (ZeRO 2-3 without a pipeline): the 16-bit
+// gradients are copies in two block buffers, handed to the reducer as each
+// block's backward ends (communication buffers); else whole, of kind
+// grads_kind.
+struct HalfStorage {
+  ops::Half format = ops::Half::kBf16;
+  bool weights_ring = false, grads_ring = false;
+  mem::Kind grads_kind = mem::Kind::kGrads;
+};
+
 struct Param {
   std::string name;                 // nanoGPT's state_dict name
   std::vector<int64_t> full_shape;  // the whole tensor (wte: [V, C], unpadded)
@@ -62,6 +79,8 @@ struct Param {
   int64_t rows = 0, cols = 0;  // local shape (1-D tensors: rows = n, cols = 1)
   size_t flat = 0;             // offset in the rank's flat order (held tensors, index order)
   FloatSpan data, grad;        // empty when not owned
+  uint16_t* data16 = nullptr;  // mixed precision: the 16-bit weights and
+  uint16_t* grad16 = nullptr;  // gradients (size() elements; null otherwise)
 
   size_t size() const { return data.size(); }
   size_t size_local() const { return static_cast<size_t>(rows * cols); }  // held or not
@@ -90,10 +109,14 @@ class ParamSet {
   // param_ring (ZeRO-3): the parameters' data are only two block-sized
   // buffers of gathered weights (block l in buffer l % 2) and one per other
   // tensor, all communication buffers; the trainer holds the shard.
+  // half (mixed precision; implies param_ring's fp32 layout): the 16-bit
+  // storage.
   ParamSet(const ModelConfig& m, const TensorParallel& tp, const Ownership& own = Ownership(),
-           GradStorage grads = GradStorage::kFull, bool param_ring = false);
+           GradStorage grads = GradStorage::kFull, bool param_ring = false,
+           const HalfStorage* half = nullptr);
   GradStorage grad_storage() const { return storage_; }
   bool param_ring() const { return param_ring_; }
+  const HalfStorage* half() const { return half_ ? &half_storage_ : nullptr; }
 
   std::vector<Param> params;
   int wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
@@ -106,7 +129,7 @@ class ParamSet {
   // The same initial values of tensor `index` (this rank's shard of it,
   // size_local() elements) into `out`.
   void init_tensor(int index, uint64_t seed, float* out) const;
-  void zero_grads();
+  void zero_grads();  // the fp32 ones, and the 16-bit ones when whole
   // Whole tensor ↔ this rank's shard (full: product(full_shape) elements).
   void shard_from_full(int index, const float* full);
   // The same shard of a whole tensor into `out` (this rank's size of
@@ -128,7 +151,13 @@ class ParamSet {
   int add(const std::string& name, std::vector<int64_t> shape, Split split, int blocks, bool decay);
   void allocate();
   size_t block_floats() const;
+  // Spans of every held tensor in one flat buffer (`flat` != null), or in
+  // a ring: block l's tensors in ring[l % 2], each other tensor in a buffer
+  // of its own appended to ring.
   void place(bool grads, float* flat, std::vector<mem::Buffer>* ring);
+  // The same for the 16-bit storage.
+  void place16(bool grads, uint16_t* flat, std::vector<mem::HalfBuffer>* ring);
+  void allocate16();
   ModelConfig m_;
   TensorParallel tp_;
   GradStorage storage_;
@@ -136,6 +165,10 @@ class ParamSet {
   mem::Buffer data_buf_, grad_buf_;  // every held tensor, flat order (kLayerRing: no grad_buf_)
   std::vector<mem::Buffer> ring_;    // kLayerRing: two block buffers, then the others' own
   std::vector<mem::Buffer> pring_;   // param_ring: the same for the gathered parameters
+  bool half_ = false;
+  HalfStorage half_storage_;
+  mem::HalfBuffer data16_buf_, grad16_buf_;  // whole 16-bit storage
+  std::vector<mem::HalfBuffer> data16_ring_, grad16_ring_;
 };
 
 }  // namespace tide_train

@@ -70,6 +70,64 @@ void Optimizer::set_shard(std::vector<Segment> segments, size_t count, float* gr
   v_.assign(count, 0.0f);
 }
 
+void Optimizer::set_mixed(ops::Half format, uint16_t* grads16, uint16_t* weights16) {
+  mixed_ = true;
+  format_ = format;
+  grads16_ = grads16;
+  weights16_ = weights16;
+  mem::Label l("the optimizer's fp32 master weights (" + std::to_string(m_.size()) + " floats)");
+  w_.assign(m_.size(), 0.0f);
+}
+
+uint16_t* Optimizer::grad16_of(const Segment& s) const {
+  return grads16_ != nullptr ? grads16_ + s.at
+                             : p_->params[static_cast<size_t>(s.param)].grad16 + s.offset;
+}
+
+uint16_t* Optimizer::weight16_of(const Segment& s) const {
+  return weights16_ != nullptr ? weights16_ + s.at
+                               : p_->params[static_cast<size_t>(s.param)].data16 + s.offset;
+}
+
+template <class Fn>
+void Optimizer::runs(const Segment& s, bool store, Fn fn) {
+  float* m = m_.data() + s.at;
+  float* v = v_.data() + s.at;
+  if (!mixed_) {
+    fn(weight_of(s), grad_of(s), m, v, s.n);
+    return;
+  }
+  constexpr size_t kChunk = 4096;
+  float g[kChunk];
+  float* w = w_.data() + s.at;
+  uint16_t* g16 = grad16_of(s);
+  uint16_t* w16 = weight16_of(s);
+  for (size_t at = 0; at < s.n; at += kChunk) {
+    const size_t n = std::min(kChunk, s.n - at);
+    ops::from_half(format_, g16 + at, g, n);
+    std::fill(g16 + at, g16 + at + n, uint16_t{0});
+    fn(w + at, g, m + at, v + at, n);
+    if (store) ops::to_half(format_, w + at, w16 + at, n);
+  }
+}
+
+void Optimizer::write_weights16() {
+  if (!mixed_) return;
+  for (const Segment& s : segs_) ops::to_half(format_, w_.data() + s.at, weight16_of(s), s.n);
+}
+
+void Optimizer::zero_grads() {
+  for (const Segment& s : segs_) {
+    if (mixed_) {
+      uint16_t* g = grad16_of(s);
+      std::fill(g, g + s.n, uint16_t{0});
+    } else {
+      float* g = grad_of(s);
+      std::fill(g, g + s.n, 0.0f);
+    }
+  }
+}
+
 float* Optimizer::weight_of(const Segment& s) const {
   return weights_ != nullptr ? weights_ + s.at
                              : p_->params[static_cast<size_t>(s.param)].data.data() + s.offset;
@@ -101,8 +159,9 @@ void Optimizer::adamw(double lr, float gs) {
   for (const Segment& s : segs_) {
     Param& p = p_->params[static_cast<size_t>(s.param)];
     const float decay = p.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    adamw_update(weight_of(s), grad_of(s), m_.data() + s.at, v_.data() + s.at, s.n, gs, decay, b1,
-                 b2, bc2_sqrt, eps, step_size);
+    runs(s, true, [&](float* w, float* g, float* m, float* v, size_t n) {
+      adamw_update(w, g, m, v, n, gs, decay, b1, b2, bc2_sqrt, eps, step_size);
+    });
   }
 }
 
@@ -122,20 +181,18 @@ void Optimizer::lamb(double lr, float gs) {
   for (const Segment& s : segs_) {
     Param& p = p_->params[static_cast<size_t>(s.param)];
     const float wd = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    const float* w = weight_of(s);
-    float* g = grad_of(s);
-    float* m = m_.data() + s.at;
-    float* v = v_.data() + s.at;
     double ww = 0.0, uu = 0.0;
-    for (size_t k = 0; k < s.n; ++k) {
-      const float gk = g[k] * gs;
-      g[k] = 0.0f;
-      m[k] = m[k] * b1 + gk * (1.0f - b1);
-      v[k] = v[k] * b2 + gk * gk * (1.0f - b2);
-      const float u = (m[k] / bc1) / (std::sqrt(v[k] / bc2) + eps) + wd * w[k];
-      ww += static_cast<double>(w[k]) * w[k];
-      uu += static_cast<double>(u) * u;
-    }
+    runs(s, false, [&](float* w, float* g, float* m, float* v, size_t n) {
+      for (size_t k = 0; k < n; ++k) {
+        const float gk = g[k] * gs;
+        g[k] = 0.0f;
+        m[k] = m[k] * b1 + gk * (1.0f - b1);
+        v[k] = v[k] * b2 + gk * gk * (1.0f - b2);
+        const float u = (m[k] / bc1) / (std::sqrt(v[k] / bc2) + eps) + wd * w[k];
+        ww += static_cast<double>(w[k]) * w[k];
+        uu += static_cast<double>(u) * u;
+      }
+    });
     // Replicated tensors are whole on every rank: count them on one only.
     const bool counted = p.sharded() || !tp || p_->tp().rank == 0;
     norms[2 * static_cast<size_t>(s.param)] += counted ? ww : 0.0;
@@ -150,13 +207,14 @@ void Optimizer::lamb(double lr, float gs) {
     const float un = static_cast<float>(std::sqrt(norms[2 * static_cast<size_t>(s.param) + 1]));
     const float trust = (wn > 0.0f && un > 0.0f) ? wn / un : 1.0f;
     const float rate = static_cast<float>(lr) * trust;
-    float* w = weight_of(s);
+    float* w = mixed_ ? w_.data() + s.at : weight_of(s);
     const float* m = m_.data() + s.at;
     const float* v = v_.data() + s.at;
     for (size_t k = 0; k < s.n; ++k) {
       const float u = (m[k] / bc1) / (std::sqrt(v[k] / bc2) + eps) + wd * w[k];
       w[k] -= rate * u;
     }
+    if (mixed_) ops::to_half(format_, w, weight16_of(s), s.n);
   }
 }
 
@@ -186,11 +244,15 @@ double Optimizer::grad_norm_squared(int skip) const {
   if (!sharded_) return tide_train::grad_norm_squared(*p_, tp_, skip);
   const bool many = tp_ != nullptr && p_->tp().size > 1;
   double parts[2] = {0.0, 0.0};  // sharded over TP, replicated
+  bool overflow = false;
   for (const Segment& s : segs_) {
     if (s.param == skip) continue;
     const Param& p = p_->params[static_cast<size_t>(s.param)];
-    parts[p.sharded() ? 0 : 1] += sum_squares(grad_of(s), s.n);
+    parts[p.sharded() ? 0 : 1] += mixed_
+                                      ? ops::half_sum_squares(format_, grad16_of(s), s.n, &overflow)
+                                      : sum_squares(grad_of(s), s.n);
   }
+  if (overflow) parts[0] = INFINITY;  // summed into every rank's norm
   if (dp_ != nullptr) dp_->allreduce_sum(parts, 2);
   if (!many) return parts[0] + parts[1];
   double both = parts[0] + (p_->tp().rank == 0 ? parts[1] : 0.0);
@@ -201,11 +263,16 @@ double Optimizer::grad_norm_squared(int skip) const {
 double grad_norm_squared(const ParamSet& params, TpCollectives* tp, int skip) {
   const bool many = tp != nullptr && params.tp().size > 1;
   double sharded = 0.0, replicated = 0.0;
+  bool overflow = false;
+  const HalfStorage* half = params.half();
   for (size_t i = 0; i < params.params.size(); ++i) {
     const Param& p = params.params[i];
     if (static_cast<int>(i) == skip) continue;
-    (p.sharded() ? sharded : replicated) += sum_squares(p.grad.data(), p.size());
+    (p.sharded() ? sharded : replicated) +=
+        half != nullptr ? ops::half_sum_squares(half->format, p.grad16, p.size(), &overflow)
+                        : sum_squares(p.grad.data(), p.size());
   }
+  if (overflow) sharded = INFINITY;
   if (!many) return sharded + replicated;
   // Summed over the group: sharded tensors' parts, replicated ones once.
   double both = sharded + (params.tp().rank == 0 ? replicated : 0.0);

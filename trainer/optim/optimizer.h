@@ -53,6 +53,20 @@ class Optimizer {
   void set_shard(std::vector<Segment> segments, size_t count, float* grads, TpCollectives* dp);
   // ZeRO-3: the weights too are the shard's (laid out as the segments say).
   void set_weight_shard(float* weights) { weights_ = weights; }
+  // Mixed precision (after set_shard, if any): the optimizer holds fp32
+  // master weights of its segments (master(), laid out as the moments; the
+  // caller fills them), reads 16-bit gradients (grads16: the shard's, laid
+  // out as the segments; null: the parameters' grad16) and writes each
+  // updated master weight rounded into the 16-bit weights (weights16: the
+  // shard's; null: the parameters' data16).
+  void set_mixed(ops::Half format, uint16_t* grads16, uint16_t* weights16);
+  bool mixed() const { return mixed_; }
+  mem::Floats<mem::Kind::kOptim>& master() { return w_; }
+  // Every 16-bit weight again from the master weights (after a load).
+  void write_weights16();
+  // The gradients the optimizer reads zeroed without an update (a skipped
+  // fp16 step).
+  void zero_grads();
   // One update with rate lr from the (already reduced) gradients, each first
   // multiplied by grad_scale (clipping: clip_scale()); advances the step
   // count and leaves every gradient it read zero (the next step accumulates
@@ -60,7 +74,8 @@ class Optimizer {
   void step(double lr, float grad_scale = 1.0f);
   // The squared L2 norm of the gradients the optimizer reads, each whole
   // tensor once (over the tensor- and, for a shard, data-parallel groups),
-  // parameter `skip` left out (-1: none).
+  // parameter `skip` left out (-1: none). Mixed precision: +inf when a
+  // 16-bit gradient overflowed on any rank (ops::half_sum_squares).
   double grad_norm_squared(int skip = -1) const;
 
   int64_t steps() const { return t_; }
@@ -75,6 +90,14 @@ class Optimizer {
  private:
   float* grad_of(const Segment& s) const;
   float* weight_of(const Segment& s) const;
+  uint16_t* grad16_of(const Segment& s) const;
+  uint16_t* weight16_of(const Segment& s) const;
+  // fn(w, g, m, v, n) over every run of segment s: whole in fp32; in
+  // mixed precision in chunks, g converted from 16 bits (and the 16-bit
+  // gradients zeroed), w the master weights, then rounded into the 16-bit
+  // weights when store.
+  template <class Fn>
+  void runs(const Segment& s, bool store, Fn fn);
   void adamw(double lr, float gs);
   void lamb(double lr, float gs);
   ParamSet* p_;
@@ -87,9 +110,15 @@ class Optimizer {
   int64_t t_ = 0;
   std::vector<Segment> segs_;
   mem::Floats<mem::Kind::kOptim> m_, v_;
+  bool mixed_ = false;
+  ops::Half format_ = ops::Half::kBf16;
+  uint16_t* grads16_ = nullptr;
+  uint16_t* weights16_ = nullptr;
+  mem::Floats<mem::Kind::kOptim> w_;  // mixed precision: the master weights
 };
 
-// The squared L2 norm of every parameter's gradient, each whole tensor once
+// The squared L2 norm of every parameter's gradient (mixed precision: the
+// 16-bit ones; +inf on an overflow), each whole tensor once
 // (sharded tensors summed over the tensor-parallel group; replicated ones
 // counted once), in double. Parameter `skip` (an index; -1: none) is left
 // out (a pipeline stage holding a copy another stage counts).

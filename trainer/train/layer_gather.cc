@@ -9,7 +9,7 @@
 
 namespace tide_train {
 
-LayerGather::LayerGather(tideReducer_t reducer, const float* shard, std::vector<void*> outs,
+LayerGather::LayerGather(tideReducer_t reducer, const void* shard, std::vector<void*> outs,
                          std::vector<std::vector<int>> layer_buckets, std::vector<int> others,
                          const tideCompressConfig_t* compress)
     : reducer_(reducer),

@@ -24,7 +24,7 @@ class LayerGather : public WeightGate {
   // reducer gradient, its parameter's data; layer_buckets[l]: the buckets of
   // block l's tensors (none of another block's); others: the remaining
   // buckets. compress: the gathers' codec (null: none).
-  LayerGather(tideReducer_t reducer, const float* shard, std::vector<void*> outs,
+  LayerGather(tideReducer_t reducer, const void* shard, std::vector<void*> outs,
               std::vector<std::vector<int>> layer_buckets, std::vector<int> others,
               const tideCompressConfig_t* compress);
   void need(int layer, int next) override;
@@ -39,7 +39,7 @@ class LayerGather : public WeightGate {
   void check(tideResult_t r, const char* what) const;
 
   tideReducer_t reducer_;
-  const float* shard_;
+  const void* shard_;
   std::vector<void*> outs_;
   std::vector<std::vector<int>> layer_buckets_;
   std::vector<int> others_;

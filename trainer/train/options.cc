@@ -104,6 +104,20 @@ std::vector<Entry> entries(Options* o) {
        "per-rank cap on the trainer's accounted memory (suffix K, M, G: powers of 1024); an "
        "allocation past it is an error naming what did not fit; 0: none",
        &o->mem_cap},
+      // Mixed precision (docs/zero.md)
+      {"--precision", "P",
+       "fp32|bf16|fp16: the parameters and gradients kept and reduced in 16 bits (fp32 "
+       "accumulation), fp32 master weights in the optimizer (sharded with it); compute stays fp32",
+       &o->precision},
+      {"--loss-scale", "X", "fp16: the initial dynamic loss scale", &o->loss_scale},
+      {"--loss-scale-window", "N", "fp16: clean steps in a row after which the loss scale doubles",
+       &o->loss_scale_window},
+      {"--min-loss-scale", "X",
+       "fp16: an overflow at this scale is an error (the run cannot go on)", &o->min_loss_scale},
+      {"--force-overflow", "STEPS",
+       "fp16 test hook: steps (a,b,...) whose gradients rank 0 overwrites with inf before the "
+       "reduction (the step must be skipped and the scale halved); none: never",
+       &o->force_overflow},
       // Data
       {"--data", "FILE|DIR",
        "training text (a file, or every regular file of a folder); "

@@ -42,6 +42,11 @@ struct Options {
   std::string mem_cap = "0";
   std::string compress_params = "none";
   std::string checkpoint_activations = "none";
+  // Mixed precision (docs/zero.md)
+  std::string precision = "fp32";
+  double loss_scale = 65536.0, min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  std::string force_overflow = "none";
   // Data and evaluation
   std::string data;  // empty: Debian's fortunes
   int64_t eval_every = 250;

@@ -24,6 +24,15 @@ std::string duration_text(double s) {
   return b;
 }
 
+// A JSON number, or null for inf and NaN (JSON has neither: an fp16 step
+// whose gradients overflowed has no norm).
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.17g", x);
+  return b;
+}
+
 }  // namespace
 
 // The single-thread sgemm rate of this rank: the best of a few square
@@ -59,16 +68,20 @@ void Trainer::report(const StepRecord& r, double val_loss, bool has_val) {
   if (!leader()) return;
   if (has_val) val_curve_.emplace_back(r.step, val_loss);
   train_curve_.emplace_back(r.step, r.loss);
-  char json[768];
+  char json[1024];
   int len = std::snprintf(
       json, sizeof json,
-      "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.12g, \"step_ms\": "
+      "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %s, \"lr\": %.12g, \"step_ms\": "
       "%.9g, \"tokens_per_s\": %.9g, \"flops_per_s\": %.9g, \"mfu\": %.9g, \"comm_share\": %.9g",
-      static_cast<long long>(r.step), r.loss, r.grad_norm, r.lr, r.step_ms, r.tokens_per_s, r.flops,
-      r.mfu, r.comm_share);
+      static_cast<long long>(r.step), r.loss, json_number(r.grad_norm).c_str(), r.lr, r.step_ms,
+      r.tokens_per_s, r.flops, r.mfu, r.comm_share);
   if (r.bubble >= 0.0)
     len += std::snprintf(json + len, sizeof json - static_cast<size_t>(len),
                          ", \"bubble\": %.9g, \"peak_micro_batches\": %d", r.bubble, r.peak_slots);
+  if (r.loss_scale > 0.0)
+    len +=
+        std::snprintf(json + len, sizeof json - static_cast<size_t>(len),
+                      ", \"loss_scale\": %.9g, \"skipped\": %d", r.loss_scale, r.skipped ? 1 : 0);
   if (has_val)
     len += std::snprintf(json + len, sizeof json - static_cast<size_t>(len),
                          ", \"val_loss\": %.12g", val_loss);
@@ -86,10 +99,14 @@ void Trainer::report(const StepRecord& r, double val_loss, bool has_val) {
   }
   std::printf(
       "step %lld/%lld | loss %.6f | grad_norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | "
-      "%.2f GFLOP/s | mfu %.1f%% | comm %.1f%%%s%s%s\n",
+      "%.2f GFLOP/s | mfu %.1f%% | comm %.1f%%%s%s%s%s\n",
       static_cast<long long>(r.step), static_cast<long long>(o_.steps), r.loss, r.grad_norm, r.lr,
       r.step_ms, r.tokens_per_s, r.flops / 1e9, 100.0 * r.mfu, 100.0 * r.comm_share,
       r.bubble >= 0.0 ? (" | bubble " + std::to_string(r.bubble)).c_str() : "",
+      r.loss_scale > 0.0 ? (" | scale " + std::to_string(static_cast<long long>(r.loss_scale)) +
+                            (r.skipped ? " (skipped)" : ""))
+                               .c_str()
+                         : "",
       has_val ? (" | val_loss " + std::to_string(val_loss)).c_str() : "", eta.c_str());
   std::fflush(stdout);
 }

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,24 @@ bool parse_compress(const std::string& s, tideCompressConfig_t* c, uint64_t seed
     throw Error("--compress " + s + ": expected none|fp16|bf16|int8|int4|topk:R|auto");
   }
   return true;
+}
+
+// "a,b,..." of steps (none: no step).
+std::vector<int64_t> parse_steps(const std::string& s, const char* flag) {
+  std::vector<int64_t> out;
+  if (s == "none" || s.empty()) return out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    char* stop = nullptr;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || stop == nullptr || *stop != '\0' || v < 0)
+      throw Error(std::string(flag) + " " + s + ": expected none or steps a,b,... (each >= 0)");
+    out.push_back(v);
+    at = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -108,6 +127,26 @@ Trainer::Trainer(const Options& options) : o_(options) {
       throw Error("--compress-params " + o_.compress_params +
                   ": expected none|fp16|bf16|int8|int4");
     param_compress_.errorFeedback = 0;  // weights are sent whole each time: nothing to carry
+    if (o_.precision != "fp32" && o_.precision != "bf16" && o_.precision != "fp16")
+      throw Error("--precision " + o_.precision + ": expected fp32, bf16 or fp16");
+    if (o_.precision != "fp32") {
+      half_ = std::make_unique<HalfStorage>();
+      half_->format = o_.precision == "bf16" ? ops::Half::kBf16 : ops::Half::kFp16;
+      if (!o_.dump_grads.empty())
+        throw Error("--dump-grads needs --precision fp32 (the gradients are kept in 16 bits)");
+    }
+    if (o_.precision == "fp16") {
+      if (!(o_.loss_scale >= 1.0) || !(o_.min_loss_scale > 0.0) ||
+          o_.min_loss_scale > o_.loss_scale || o_.loss_scale_window < 1)
+        throw Error(
+            "--loss-scale, --min-loss-scale, --loss-scale-window: expected 0 < min <= scale "
+            "(scale >= 1) and a window of at least 1 step");
+      scaler_ =
+          std::make_unique<LossScaler>(o_.loss_scale, o_.loss_scale_window, o_.min_loss_scale);
+    }
+    force_overflow_ = parse_steps(o_.force_overflow, "--force-overflow");
+    if (!force_overflow_.empty() && !scaler_)
+      throw Error("--force-overflow needs --precision fp16 (the loss scale handles it)");
     if (zero_ >= 1 && !o_.dump_grads.empty())
       throw Error("--dump-grads needs --zero 0 (ZeRO holds only a shard of the gradients)");
     mem::set_cap(parse_bytes(o_.mem_cap));
@@ -115,7 +154,7 @@ Trainer::Trainer(const Options& options) : o_(options) {
       throw Error("--vocab " + std::to_string(o_.vocab) + ": byte-level data needs at least 256");
     setup_model();
     // ZeRO-3 has no whole weights until its shard exists (setup_zero3).
-    if (!o_.init_from.empty() && zero_ < 3)
+    if (!o_.init_from.empty() && zero_ < 3 && !mixed())
       load_weights(read_safetensors(o_.init_from), o_.init_from);
     OptimConfig oc;
     oc.kind = o_.optimizer;
@@ -124,6 +163,7 @@ Trainer::Trainer(const Options& options) : o_(options) {
     oc.eps = o_.eps;
     oc.weight_decay = o_.weight_decay;
     optim_ = std::make_unique<Optimizer>(params_.get(), oc, tp_coll_.get(), zero_ == 0);
+    if (mixed() && zero_ == 0) optim_->set_mixed(half_->format, nullptr, nullptr);
     has_compress_ = parse_compress(o_.compress, &compress_, static_cast<uint64_t>(o_.seed));
     if (o_.score.empty() && (o_.steps > 0 || o_.eval_every > 0))
       data_ =
@@ -148,6 +188,7 @@ Trainer::Trainer(const Options& options) : o_(options) {
   try {
     setup_reducer();
     if (zero_ == 3) setup_zero3();
+    if (mixed()) init_mixed();
   } catch (const std::exception& e) {
     ok = false;
     err = e.what();
@@ -192,10 +233,21 @@ void Trainer::setup_model() {
     throw Error("--checkpoint-activations " + o_.checkpoint_activations +
                 " with --schedule zb: zb's weight pass needs every block's activations (use "
                 "selective)");
-  const GradStorage storage = zero_ >= 2 && P == 1 ? GradStorage::kLayerRing : GradStorage::kFull;
-  params_ =
-      std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank), storage, zero_ == 3);
-  if (zero_ < 3) params_->init(static_cast<uint64_t>(o_.seed));  // ZeRO-3: setup_zero3
+  // Mixed precision keeps the gradients in 16 bits: the fp32 ones are
+  // per-block working buffers (no pipeline) as ZeRO-2's.
+  const GradStorage storage =
+      (zero_ >= 2 || mixed()) && P == 1 ? GradStorage::kLayerRing : GradStorage::kFull;
+  if (mixed()) {
+    half_->weights_ring = zero_ == 3;
+    half_->grads_ring = zero_ >= 2 && P == 1;
+    // A pipeline's fp32 gradients are the whole ones of the phase; the
+    // 16-bit ones are their copies for the reduction.
+    half_->grads_kind = P > 1 ? mem::Kind::kComm : mem::Kind::kGrads;
+  }
+  params_ = std::make_unique<ParamSet>(model_, tp, ownership_of(groups_->pp_rank), storage,
+                                       zero_ == 3, half_.get());
+  // ZeRO-3: setup_zero3; mixed precision: init_mixed.
+  if (zero_ < 3 && !mixed()) params_->init(static_cast<uint64_t>(o_.seed));
   // Each tensor's writer: the lowest pipeline rank holding it.
   owner_pp_.assign(params_->params.size(), 0);
   for (int r = P - 1; r >= 0; --r) {
@@ -261,7 +313,7 @@ void Trainer::setup_reducer() {
     if (!p.owned) continue;
     reducer_id_[i] = static_cast<int>(grads.size());
     param_of.push_back(static_cast<int>(i));
-    grads.push_back(p.grad.data());
+    grads.push_back(mixed() ? static_cast<void*>(p.grad16) : p.grad.data());
     counts.push_back(p.grad.size());
     total += p.grad.size();
   }
@@ -271,6 +323,18 @@ void Trainer::setup_reducer() {
   rc.firstBucketBytes = std::min<size_t>(rc.bucketBytes, size_t{1} << 20);
   rc.average = 1;
   rc.compress = has_compress_ ? &compress_ : nullptr;
+  // Mixed precision: 16 bits on the wire, every sum in fp32 (the cast
+  // codec of the gradients' own format, lossless on them: the compressed
+  // collectives add the decoded inputs in fp32 and round once).
+  tideCompressConfig_t cast = TIDE_COMPRESS_CONFIG_INITIALIZER;
+  const tideDataType_t dtype = !mixed()                            ? tideFloat32
+                               : half_->format == ops::Half::kBf16 ? tideBfloat16
+                                                                   : tideFloat16;
+  if (mixed() && !has_compress_) {
+    cast.codec = half_->format == ops::Half::kBf16 ? tideCodecBf16 : tideCodecFp16;
+    cast.errorFeedback = 0;
+    rc.compress = &cast;
+  }
   const size_t D = static_cast<size_t>(groups_->dp_size);
   // ZeRO-3: each block's tensors in buckets of their own (one gather per
   // block), gathered on the reducer's own thread and communicator.
@@ -289,17 +353,22 @@ void Trainer::setup_reducer() {
     // ZeRO 2 without a pipeline: the reduced gradients live only in the
     // shard. Otherwise (ZeRO 1, a pipeline's whole gradients) each rank's
     // reduced chunk is written back into its whole gradients.
-    if (params_->grad_storage() == GradStorage::kLayerRing) {
+    if (params_->grad_storage() == GradStorage::kLayerRing && zero_ >= 2) {
       // Each bucket pads to a multiple of D: at most D - 1 elements per
       // gradient more than total / D.
       mem::Label l("the reduced gradients' shard");
-      shard_grads_.assign((total + D - 1) / D + grads.size(), 0.0f);
-      rc.shard = shard_grads_.data();
+      const size_t n = (total + D - 1) / D + grads.size();
+      if (mixed()) {
+        shard_grads16_ = mem::HalfBuffer(mem::Kind::kGrads, n);
+        rc.shard = shard_grads16_.data();
+      } else {
+        shard_grads_.assign(n, 0.0f);
+        rc.shard = shard_grads_.data();
+      }
     }
   }
-  const tideResult_t r =
-      tideReducerCreate(groups_->dp, static_cast<int>(grads.size()), grads.data(), counts.data(),
-                        tideFloat32, &rc, &reducer_);
+  const tideResult_t r = tideReducerCreate(groups_->dp, static_cast<int>(grads.size()),
+                                           grads.data(), counts.data(), dtype, &rc, &reducer_);
   if (r != tideSuccess)
     throw Error(std::string("creating the gradient reducer: ") + tideGetErrorString(r) + " (" +
                 tideReducerGetLastError(nullptr) + ")");
@@ -332,7 +401,13 @@ StepRecord Trainer::train_step(int64_t step) {
   if (!grads_zero_) params_->zero_grads();  // ZeRO 0: the optimizer step leaves them zero
   grads_zero_ = false;
   double loss_sum = 0.0;
-  const float scale = 1.0f / static_cast<float>(static_cast<int64_t>(share) * T);
+  // fp16: the loss (so every gradient) multiplied by the loss scale.
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  const float scale =
+      static_cast<float>(loss_scale) / static_cast<float>(static_cast<int64_t>(share) * T);
+  force_now_ =
+      std::find(force_overflow_.begin(), force_overflow_.end(), step) != force_overflow_.end() &&
+      groups_->world_rank == 0;
   auto check_reducer = [&](tideResult_t r, const char* what) {
     if (r != tideSuccess)
       throw Error(std::string(what) + ": " + tideGetErrorString(r) + " (" +
@@ -341,6 +416,9 @@ StepRecord Trainer::train_step(int64_t step) {
   StepRecord r;
   if (pipe_) {
     loss_sum = pipeline_phase(step, scale, &r);
+    if (mixed())  // the phase's fp32 gradients into the 16-bit ones
+      for (size_t i = 0; i < params_->params.size(); ++i)
+        if (params_->params[i].owned) grad_to_half(static_cast<int>(i));
     if (reducer_ != nullptr) {
       check_reducer(tideReducerSetSync(reducer_, 1), "SetSync");
       mark_all_ready();
@@ -361,11 +439,13 @@ StepRecord Trainer::train_step(int64_t step) {
       const bool ring = params_->grad_storage() == GradStorage::kLayerRing;
       if (reducer_ != nullptr) check_reducer(tideReducerSetSync(reducer_, sync ? 1 : 0), "SetSync");
       std::function<void(int)> ready = [](int) {};
-      if (reducer_ != nullptr && sync)
-        ready = [&](int i) {
-          check_reducer(tideReducerMarkReady(reducer_, reducer_id_[static_cast<size_t>(i)]),
-                        "MarkReady");
-          if (ring) {  // copied into the reducer's bucket: the buffer is free again
+      if ((reducer_ != nullptr && sync) || mixed())
+        ready = [&, sync, ring](int i) {
+          if (mixed()) grad_to_half(i);  // what the reducer and the optimizer read
+          if (reducer_ != nullptr && sync)
+            check_reducer(tideReducerMarkReady(reducer_, reducer_id_[static_cast<size_t>(i)]),
+                          "MarkReady");
+          if (ring) {  // copied (into the bucket, or 16 bits): the buffer is free again
             FloatSpan g = params_->params[static_cast<size_t>(i)].grad;
             std::fill(g.begin(), g.end(), 0.0f);
           }
@@ -391,17 +471,41 @@ StepRecord Trainer::train_step(int64_t step) {
   double norm2 = zero_ >= 1 ? optim_->grad_norm_squared(skip)
                             : grad_norm_squared(*params_, tp_coll_.get(), skip);
   allreduce(groups_->pp, &norm2, 1, tideSum);
-  const double norm = std::sqrt(norm2);
+  const double norm = std::sqrt(norm2) / loss_scale;
   if (step == 0 && !o_.dump_grads.empty()) dump_grads(o_.dump_grads);
   const double lr = schedule_.at(step);
-  optim_->step(lr, clip_scale(norm, o_.clip));
+  // fp16: an overflow on any rank made every rank's norm inf or NaN (it is
+  // summed over every group): every rank skips the same step.
+  bool apply = true;
+  if (scaler_) {
+    r.loss_scale = loss_scale;
+    apply = scaler_->update(!std::isfinite(norm2), step);
+    r.skipped = !apply;
+    if (!apply && leader()) {
+      std::printf("step %lld: fp16 gradients overflowed: step skipped, loss scale %.0f -> %.0f\n",
+                  static_cast<long long>(step), loss_scale, scaler_->scale());
+      std::fflush(stdout);
+    }
+  }
+  if (apply)
+    optim_->step(lr, clip_scale(norm, o_.clip) / static_cast<float>(loss_scale));
+  else
+    optim_->zero_grads();
   // ZeRO 1-2 read the shard's gradients (zeroed by the step): the whole
   // ones (stage 1, or a pipeline's) are zeroed at the next step's start.
-  grads_zero_ = zero_ == 0 || params_->grad_storage() == GradStorage::kLayerRing;
-  if (zero_ == 3)
-    gate_->refresh();  // blocks are gathered again as they are needed
-  else if (zero_ >= 1)
-    gather_params();
+  // Mixed precision: the fp32 ring is zeroed block by block; the 16-bit
+  // ones are read whole (stage 0) or are copies (a ring).
+  if (mixed())
+    grads_zero_ = groups_->pp_size == 1 && (zero_ == 0 || half_->grads_ring);
+  else
+    grads_zero_ = zero_ == 0 || params_->grad_storage() == GradStorage::kLayerRing;
+  if (apply) {
+    if (zero_ == 3)
+      gate_->refresh();  // blocks are gathered again as they are needed
+    else if (zero_ >= 1)
+      gather_params();
+    if (cast_) cast_->refresh();
+  }
   // More staging only when a bucket waited for marks with every buffer lent
   // (timing, so not held to --mem-cap here; counted).
   track_reducer_memory(false);

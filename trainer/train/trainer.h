@@ -25,6 +25,7 @@
 #include "train/layer_gather.h"
 #include "train/options.h"
 #include "train/pipeline_run.h"
+#include "train/precision.h"
 
 namespace tide_train {
 
@@ -42,8 +43,10 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, step_ms = 0, tokens_per_s = 0, flops = 0, mfu = 0,
          comm_share = 0;
-  double bubble = -1;  // pipeline parallelism: mean idle share of the stages (-1: none)
-  int peak_slots = 0;  // pipeline: most micro-batches holding activations on a rank
+  double bubble = -1;     // pipeline parallelism: mean idle share of the stages (-1: none)
+  int peak_slots = 0;     // pipeline: most micro-batches holding activations on a rank
+  double loss_scale = 0;  // fp16: the scale the step ran with (0: none)
+  bool skipped = false;   // fp16: the gradients overflowed, no update
 };
 
 // "--mem-cap" bytes (K, M, G suffixes: powers of 1024; Error otherwise).
@@ -106,11 +109,21 @@ class Trainer {
   // ZeRO-3: the weight shard from the initial (or loaded) values, the
   // per-block gathers, the other tensors gathered.
   void setup_zero3();
+  // The initial (or --init-from) weights through set_local_tensor.
+  void init_weights();
   // The reducer's buckets of each block's tensors and of the others.
   void block_buckets(std::vector<std::vector<int>>* layers, std::vector<int>* others);
   // Counts the reducer's staging bytes (tideReducerGetBufferBytes) as comm.
   void track_reducer_memory(bool capped);
   double formula_bytes() const;
+  // Mixed precision (train/precision.cc): the initial (or --init-from)
+  // weights into the master weights and the 16-bit ones; the gradients of
+  // tensor i from the fp32 working copy into the 16-bit ones (at the end of
+  // its backward, or of a pipeline phase); the 16-bit weights changed.
+  void init_mixed();
+  void grad_to_half(int i);
+  void weights_changed();
+  bool mixed() const { return half_ != nullptr; }
   void print_memory(const char* when);
   std::string memory_json() const;
   bool leader() const { return groups_->world_rank == 0; }
@@ -145,6 +158,14 @@ class Trainer {
   std::unique_ptr<UpdateGather> update_;    // ZeRO 1-2
   tideCompressConfig_t param_compress_{};   // ZeRO-3: --compress-params
   bool has_param_compress_ = false;
+  // Mixed precision (--precision bf16|fp16): null in fp32.
+  std::unique_ptr<HalfStorage> half_;
+  mem::HalfBuffer shard_grads16_;  // ZeRO 2-3: the reduced 16-bit gradients' shard
+  mem::HalfBuffer pshard16_;       // ZeRO-3: this rank's shard of the 16-bit weights
+  std::unique_ptr<CastGate> cast_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16
+  std::vector<int64_t> force_overflow_;
+  bool force_now_ = false;  // --force-overflow: this step's inf not yet written
   double peak_flops_ = 0.0, flops_per_token_ = 0.0;
   std::vector<int> inputs_, targets_;
   bool tty_ = false;

@@ -80,6 +80,24 @@ std::vector<std::vector<float>> Trainer::local_moments(bool second) {
 std::vector<std::vector<float>> Trainer::local_tensors(const float* state) {
   std::vector<std::vector<float>> local(params_->params.size());
   for (size_t i = 0; i < local.size(); ++i) local[i].assign(params_->params[i].size(), 0.0f);
+  if (optim_->sharded() && mixed()) {
+    // The reducer moves 16-bit values: the fp32 shards are summed instead
+    // (each element is one rank's, the others add zeros) over the group.
+    std::vector<float> flat(params_->count_local(), 0.0f);
+    for (const Segment& s : optim_->segments()) {
+      const Param& p = params_->params[static_cast<size_t>(s.param)];
+      std::copy(state + s.at, state + s.at + s.n,
+                flat.begin() + static_cast<std::ptrdiff_t>(p.flat + s.offset));
+    }
+    dp_coll_->allreduce_sum(flat.data(), flat.size());
+    for (size_t i = 0; i < local.size(); ++i) {
+      const Param& p = params_->params[i];
+      if (p.owned)
+        std::copy(flat.begin() + static_cast<std::ptrdiff_t>(p.flat),
+                  flat.begin() + static_cast<std::ptrdiff_t>(p.flat + p.size()), local[i].begin());
+    }
+    return local;
+  }
   if (!optim_->sharded()) {
     for (const Segment& s : optim_->segments())
       std::copy(
@@ -101,6 +119,22 @@ std::vector<std::vector<float>> Trainer::local_tensors(const float* state) {
 void Trainer::set_local_tensor(int index, const float* values, bool full) {
   Param& p = params_->params[static_cast<size_t>(index)];
   if (!p.owned) return;
+  if (mixed()) {  // the master weights' segments, and the 16-bit weights
+    std::vector<float> local;
+    if (full) {
+      local.assign(p.size(), 0.0f);
+      params_->shard_into(index, values, local.data());
+      values = local.data();
+    }
+    if (zero_ < 3) ops::to_half(half_->format, values, p.data16, p.size());
+    for (const Segment& s : optim_->segments())
+      if (s.param == index) {
+        std::copy(values + s.offset, values + s.offset + s.n, optim_->master().data() + s.at);
+        if (zero_ == 3)
+          ops::to_half(half_->format, values + s.offset, pshard16_.data() + s.at, s.n);
+      }
+    return;
+  }
   if (zero_ < 3) {
     if (full)
       params_->shard_from_full(index, values);
@@ -124,12 +158,16 @@ TensorFile Trainer::gather_weights() {
   TensorFile f;
   f.metadata = model_metadata(model_);
   // ZeRO-3: the data-parallel group's shards of every tensor first.
+  // Mixed precision: the optimizer's fp32 master weights.
   std::vector<std::vector<float>> local;
-  if (zero_ == 3) local = local_tensors(pshard_.data());
+  if (mixed())
+    local = local_tensors(optim_->master().data());
+  else if (zero_ == 3)
+    local = local_tensors(pshard_.data());
   if (update_) update_->wait_all();  // ZeRO 1-2: the last update's gathers
   for (size_t i = 0; i < params_->params.size(); ++i) {
     const Param& p = params_->params[i];
-    const float* mine = zero_ == 3 ? local[i].data() : p.data.data();
+    const float* mine = zero_ == 3 || mixed() ? local[i].data() : p.data.data();
     f.tensors[p.name] = Tensor{p.full_shape, gather_full(static_cast<int>(i), mine, p.size())};
   }
   return f;
@@ -251,7 +289,9 @@ void Trainer::save_checkpoint_now(int64_t next_step) {
   st["layout"] = {{"dp", groups_->dp_size},
                   {"tp", groups_->tp_size},
                   {"pp", groups_->pp_size},
-                  {"zero", zero_}};
+                  {"zero", zero_},
+                  {"precision", o_.precision}};
+  if (scaler_) st["loss_scale"] = {{"scale", scaler_->scale()}, {"clean_steps", scaler_->clean()}};
   st["model"] = {{"n_layer", model_.n_layer},
                  {"n_head", model_.n_head},
                  {"n_embd", model_.n_embd},
@@ -344,6 +384,10 @@ int64_t Trainer::resume_if_asked() {
     }
     optim_->set_steps(st.at("optimizer_steps").get<int64_t>());
     if (gate_) gate_->refresh();  // ZeRO-3: the loaded shard, gathered afresh
+    if (cast_) cast_->refresh();  // mixed precision: the fp32 working copies
+    if (scaler_ && st.contains("loss_scale"))
+      scaler_->restore(st.at("loss_scale").at("scale").get<double>(),
+                       st.at("loss_scale").at("clean_steps").get<int64_t>());
   } catch (const std::exception& e) {
     ok = false;
     err = e.what();
@@ -354,7 +398,8 @@ int64_t Trainer::resume_if_asked() {
   const bool same = st.at("layout").at("dp").get<int>() == groups_->dp_size &&
                     st.at("layout").at("tp").get<int>() == groups_->tp_size &&
                     st.at("layout").value("pp", 1) == groups_->pp_size &&
-                    st.at("layout").value("zero", 0) == zero_;
+                    st.at("layout").value("zero", 0) == zero_ &&
+                    st.at("layout").value("precision", std::string("fp32")) == o_.precision;
   std::string key =
       "reducer_tp" + std::to_string(groups_->tp_rank) + "_dp" + std::to_string(groups_->dp_rank);
   if (groups_->pp_size > 1) key += "_pp" + std::to_string(groups_->pp_rank);

@@ -7,6 +7,7 @@
 // shard_grads_; the optimizer updates only the shard's elements (and holds
 // only their moments); the updated parameters are all-gathered back into
 // every rank's tensors, bucket by bucket, through the same layout.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -58,10 +59,11 @@ void Trainer::setup_zero(const std::vector<int>& param_of) {
   check(tideReducerGetShard(reducer_, nullptr, &nseg, &count));
   std::vector<tideReducerSegment_t> raw(static_cast<size_t>(nseg));
   check(tideReducerGetShard(reducer_, raw.data(), &nseg, &count));
-  const bool own_grads = !shard_grads_.empty();
-  if (own_grads && count > shard_grads_.size())
+  const size_t have = std::max(shard_grads_.size(), shard_grads16_.size());
+  const bool own_grads = have > 0;
+  if (own_grads && count > have)
     throw Error("the reducer's shard (" + std::to_string(count) + " elements) is larger than " +
-                std::to_string(shard_grads_.size()));
+                std::to_string(have));
   std::vector<Segment> segs;
   for (const tideReducerSegment_t& s : raw) {
     segs.push_back(
@@ -73,11 +75,20 @@ void Trainer::setup_zero(const std::vector<int>& param_of) {
   size_t total = 0;
   for (const Param& p : params_->params) total += p.owned ? p.size() : 0;
   shard_padding_ = static_cast<size_t>(groups_->dp_size) * count - total;
-  optim_->set_shard(std::move(segs), count, own_grads ? shard_grads_.data() : nullptr,
+  optim_->set_shard(std::move(segs), count, own_grads && !mixed() ? shard_grads_.data() : nullptr,
                     dp_coll_.get());
   param_outs_.clear();
   for (Param& p : params_->params)
-    if (p.owned) param_outs_.push_back(p.data.data());
+    if (p.owned) param_outs_.push_back(mixed() ? static_cast<void*>(p.data16) : p.data.data());
+  if (mixed()) {  // 16-bit shards of the gradients and (ZeRO-3) of the weights
+    if (zero_ == 3) {
+      mem::Label l("the 16-bit weights' shard (" + std::to_string(count) + " values)");
+      pshard16_ = mem::HalfBuffer(mem::Kind::kParams, count);
+    }
+    optim_->set_mixed(half_->format, own_grads ? shard_grads16_.data() : nullptr,
+                      zero_ == 3 ? pshard16_.data() : nullptr);
+    if (zero_ == 3) return;
+  }
   if (zero_ == 3) {
     mem::Label l("the weights' shard (" + std::to_string(count) + " floats)");
     pshard_.assign(count, 0.0f);
@@ -110,9 +121,10 @@ void Trainer::block_buckets(std::vector<std::vector<int>>* layers, std::vector<i
   }
 }
 
-void Trainer::setup_zero3() {
-  // The initial weights (each tensor drawn whole, as at every layout), or
-  // --init-from's, into the shard.
+// The initial weights (each tensor drawn whole, as at every layout), or
+// --init-from's, through set_local_tensor (ZeRO-3: into the shard; mixed
+// precision: into the master and the 16-bit weights).
+void Trainer::init_weights() {
   for (size_t i = 0; i < params_->params.size(); ++i) {
     const Param& p = params_->params[i];
     if (!p.owned) continue;
@@ -121,11 +133,17 @@ void Trainer::setup_zero3() {
     set_local_tensor(static_cast<int>(i), local.data(), false);
   }
   if (!o_.init_from.empty()) load_weights(read_safetensors(o_.init_from), o_.init_from);
+}
+
+void Trainer::setup_zero3() {
+  init_weights();
   std::vector<std::vector<int>> layer_buckets;
   std::vector<int> others;
   block_buckets(&layer_buckets, &others);
-  gate_ = std::make_unique<LayerGather>(reducer_, pshard_.data(), param_outs_,
-                                        std::move(layer_buckets), std::move(others),
+  gate_ = std::make_unique<LayerGather>(reducer_,
+                                        mixed() ? static_cast<const void*>(pshard16_.data())
+                                                : static_cast<const void*>(pshard_.data()),
+                                        param_outs_, std::move(layer_buckets), std::move(others),
                                         has_param_compress_ ? &param_compress_ : nullptr);
   for (auto& c : chunks_) c->set_gate(gate_.get());
   gate_->refresh();
@@ -146,6 +164,14 @@ void Trainer::gather_params() {
 double Trainer::formula_bytes() const {
   const double psi = static_cast<double>(params_->count_local());
   const double nd = groups_->dp_size;
+  if (mixed()) {
+    // 2 bytes of 16-bit weights, 2 of 16-bit gradients, 12 of fp32 master
+    // weights and moments; a pipeline's fp32 gradients are whole (4 bytes).
+    const double grads = groups_->pp_size > 1 ? 4.0 * psi : zero_ >= 2 ? 2.0 * psi / nd : 2.0 * psi;
+    const double optim = zero_ >= 1 ? 12.0 * psi / nd : 12.0 * psi;
+    const double weights = zero_ == 3 ? 2.0 * psi / nd : 2.0 * psi;
+    return weights + grads + optim;
+  }
   const bool whole_grads = zero_ < 2 || params_->grad_storage() == GradStorage::kFull;
   const double grads = whole_grads ? 4.0 * psi : 4.0 * psi / nd;
   const double optim = zero_ >= 1 ? 8.0 * psi / nd : 8.0 * psi;
@@ -183,15 +209,26 @@ void Trainer::print_memory(const char* when) {
                 mib(static_cast<double>(peak_resident_bytes())).c_str());
   if (std::string(when) == "start") {
     const bool whole = zero_ < 2 || params_->grad_storage() == GradStorage::kFull;
+    const bool pipe = groups_->pp_size > 1;
+    const char* text = zero_ == 0   ? "16 psi"
+                       : zero_ == 3 ? (whole ? "4 psi + 12 psi/Nd" : "16 psi/Nd")
+                       : whole      ? "8 psi + 8 psi/Nd"
+                                    : "4 psi + 12 psi/Nd";
+    if (mixed())
+      text = pipe         ? (zero_ == 0   ? "18 psi"
+                             : zero_ == 3 ? "4 psi + 14 psi/Nd"
+                                          : "6 psi + 12 psi/Nd")
+             : zero_ == 0 ? "16 psi"
+             : zero_ == 1 ? "4 psi + 12 psi/Nd"
+             : zero_ == 2 ? "2 psi + 14 psi/Nd"
+                          : "16 psi/Nd";
     std::printf(
-        "memory formula: ZeRO-%d fp32, psi %zu parameters on this rank, Nd %d: %s%s = %s "
+        "memory formula: ZeRO-%d %s, psi %zu parameters on this rank, Nd %d: %s%s = %s "
         "(measured/formula %.4f; shard padding %zu elements over the group)\n",
-        zero_, params_->count_local(), groups_->dp_size,
-        zero_ == 0   ? "16 psi"
-        : zero_ == 3 ? (whole ? "4 psi + 12 psi/Nd" : "16 psi/Nd")
-        : whole      ? "8 psi + 8 psi/Nd"
-                     : "4 psi + 12 psi/Nd",
-        zero_ >= 2 && whole ? " (pipeline: gradients held whole through the phase)" : "",
+        zero_, o_.precision.c_str(), params_->count_local(), groups_->dp_size, text,
+        mixed() && pipe       ? " (pipeline: fp32 gradients held whole through the phase)"
+        : zero_ >= 2 && whole ? " (pipeline: gradients held whole through the phase)"
+                              : "",
         mib(formula_bytes()).c_str(), states / formula_bytes(), shard_padding_);
   }
   std::fflush(stdout);
