@@ -7,7 +7,9 @@
 # --compress CODEC), and Open MPI's MPI_Allreduce (pml ob1, btl tcp,self) on
 # the same layout, float32 sum at SIZE (default 64M). --sweep adds the
 # automatic choice's comparison over sizes (-b 4K .. -e 64M, x2): tide, auto,
-# bf16 and int8, RS repetitions (default 5), iterations banded by size as in
+# bf16 and int8 alternating inside each launch (all_reduce_perf --compare,
+# -RR rounds per launch, default 5, the order rotating each round), RS
+# launches (default 1), iterations banded by size as in
 # perf/cluster_compare.sh. The first repetition of each runs with -c 1
 # (#wrong: elements beyond docs/compression.md's bounds), the others -c 0.
 # perf/compress_report.py then prints the tables (also OUT/report.txt):
@@ -19,13 +21,13 @@
 #
 #   perf/compress_compare.sh [-B BUILD] [-R 3] [-n 2] [-p 2] [-r 1gbit|none]
 #       [-s 64M] [-C "fp16 bf16 int8 int4 topk:0.01 auto"] [--block 256]
-#       [--iters "-n 5 -w 3"] [--no-mpi] [--sweep] [--sweep-only] [-RS 5]
+#       [--iters "-n 5 -w 3"] [--no-mpi] [--sweep] [--sweep-only] [-RS 1] [-RR 5]
 #       [-b 4K] [-e 64M] [-o DIR] [-- extra all_reduce_perf args]
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
 build=${BUILD:-$repo/build}
-reps=3 sweep_reps=5 nodes=2 ppn=2 rate=1gbit size=64M block=256
+reps=3 sweep_reps=1 sweep_rounds=5 nodes=2 ppn=2 rate=1gbit size=64M block=256
 codecs="fp16 bf16 int8 int4 topk:0.01 auto"
 iters="-n 5 -w 3"
 sweep=0 main=1 mpi=1 minb=4K maxb=64M
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     -B) build=$2; shift 2 ;;
     -R) reps=$2; shift 2 ;;
     -RS) sweep_reps=$2; shift 2 ;;
+    -RR) sweep_rounds=$2; shift 2 ;;
     -n) nodes=$2; shift 2 ;;
     -p) ppn=$2; shift 2 ;;
     -r) rate=$2; shift 2 ;;
@@ -104,6 +107,10 @@ run() {
     mpi)
       "$cluster" mpirun "$name" "$nodes" "$ppn" --mca pml ob1 --mca btl tcp,self \
         "$build/perf/all_reduce_perf_mpi" "$@" "${extra[@]}" >>"$file" 2>&1 ;;
+    compare)
+      "$cluster" tiderun "$name" "$nodes" "$ppn" "$tiderun" "$tool" "$@" --traffic \
+        --compare none,auto,bf16,int8 --rounds "$sweep_rounds" --block "$block" \
+        "${extra[@]}" >>"$file" 2>&1 ;;
     tide)
       "$cluster" tiderun "$name" "$nodes" "$ppn" "$tiderun" "$tool" "$@" --traffic \
         "${extra[@]}" >>"$file" 2>&1 ;;
@@ -142,7 +149,6 @@ if [ "$main" = 1 ]; then
 fi
 
 if [ "$sweep" = 1 ]; then
-  variants=(tide auto bf16 int8)
   declare -A band_lo band_hi
   for ((s = minb; s <= maxb; s *= 2)); do
     if [ "$s" -le 65536 ]; then b=small; elif [ "$s" -le 4194304 ]; then b=medium; else b=large; fi
@@ -150,21 +156,20 @@ if [ "$sweep" = 1 ]; then
     band_hi[$b]=$s
   done
   declare -A band_iters=([small]="$small_iters" [medium]="$medium_iters" [large]="$large_iters")
-  echo "sweep: ${variants[*]} at $minb..$maxb B (x2), $sweep_reps repetitions"
+  echo "sweep: tide auto bf16 int8 alternating at $minb..$maxb B (x2), $sweep_rounds rounds" \
+    "per launch, $sweep_reps launch(es)"
   for ((r = 1; r <= sweep_reps; r++)); do
     check=(-c 0)
     [ "$r" = 1 ] && check=(-c 1)
-    for v in $(rotate $((r - 1)) "${variants[@]}"); do
-      f=$out/sweep-$(file_of "$v")-$r.txt
-      : >"$f"
-      for b in small medium large; do
-        [ -n "${band_lo[$b]:-}" ] || continue
-        # shellcheck disable=SC2086  # the band's iteration arguments split on spaces
-        run "$v" "$f" -b "${band_lo[$b]}" -e "${band_hi[$b]}" -f 2 -d float -o sum \
-          ${band_iters[$b]} "${check[@]}" || { fail=1; echo "  $v (repetition $r) failed: see $f"; }
-      done
+    f=$out/sweep-compare-$r.txt
+    : >"$f"
+    for b in small medium large; do
+      [ -n "${band_lo[$b]:-}" ] || continue
+      # shellcheck disable=SC2086  # the band's iteration arguments split on spaces
+      run compare "$f" -b "${band_lo[$b]}" -e "${band_hi[$b]}" -f 2 -d float -o sum \
+        ${band_iters[$b]} "${check[@]}" || { fail=1; echo "  sweep (launch $r) failed: see $f"; }
     done
-    echo "sweep repetition $r done"
+    echo "sweep launch $r done"
   done
 fi
 

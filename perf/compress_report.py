@@ -79,12 +79,42 @@ def parse(path):
     return rows, ok
 
 
+def parse_compare(path):
+    """{variant: {size: [row per round]}} of an all_reduce_perf --compare output (the
+    "#  compare SIZE VARIANT ROUND TIME WIRE" lines; none is uncompressed Tide, "tide"),
+    whether it ended, and its #wrong."""
+    data, ok, wrong = {}, False, {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = re.match(r"#\s+compare\s+(\d+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s+(\d+)", line)
+            if m:
+                v = "tide" if m.group(2) == "none" else m.group(2)
+                data.setdefault(v, {}).setdefault(int(m.group(1)), []).append(
+                    {"time": float(m.group(4)), "wire_max": int(m.group(5)), "wrong": 0})
+            m = re.match(r"\s*(\d+)\s+\d+\s.*#wrong (\d+)\s*$", line)
+            if m:  # the size's summary: elements beyond the bound over its codecs
+                wrong[int(m.group(1))] = int(m.group(2))
+            if line.startswith("# Out of bounds values"):
+                ok = True
+    return data, ok, wrong
+
+
 def load(d, mode):
-    """{variant: {size: [row per repetition]}}, failures."""
+    """{variant: {size: [row per repetition (or round)]}}, failures."""
     data, failures = {}, []
     for path in sorted(glob.glob(os.path.join(d, mode + "-*-*.txt"))):
         base = os.path.basename(path)[len(mode) + 1:-4]
         variant, _ = base.rsplit("-", 1)
+        if variant == "compare":  # every variant of one launch, alternating
+            rows, ok, wrong = parse_compare(path)
+            if not ok:
+                failures.append(path)
+            for v, sizes in rows.items():
+                for size, rs in sizes.items():
+                    if v == "auto" and rs:  # counted once per size
+                        rs[0]["wrong"] = wrong.get(size, 0)
+                    data.setdefault(v, {}).setdefault(size, []).extend(rs)
+            continue
         variant = variant.replace("_", ":") if variant.startswith("topk") else variant
         rows, ok = parse(path)
         if not ok:

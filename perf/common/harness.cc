@@ -98,6 +98,15 @@ void PrintHeader(const Run& run) {
       o.min_bytes, o.max_bytes, o.step_by_factor ? o.step_factor : o.step_bytes,
       o.step_by_factor ? "factor" : "bytes", o.warmup, o.iters, o.check);
   for (const std::string& n : o.notes) std::printf("# Note: %s\n", n.c_str());
+  if (!o.compare.empty()) {
+    std::string list;
+    for (const std::string& v : o.compare) list += (list.empty() ? "" : ",") + v;
+    std::printf(
+        "# Compare: %s alternating in this process, %d rounds (order rotating), %d calls per "
+        "round and variant, out-of-place; lines '#  compare SIZE VARIANT ROUND TIME(us) "
+        "WIRE(B)', then each variant's median per size\n",
+        list.c_str(), o.rounds, o.iters);
+  }
   if (o.cz.enabled) {
     std::printf(
         "# Compression: %s; one compressor per size and variant.\n"
@@ -213,9 +222,8 @@ void EndCompressed(Run& run, Bench& b) {
   b.compressor = nullptr;
 }
 
-void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, char* send_base,
-               char* recv_base) {
-  const Collective& coll = *run.coll;
+// One size's call description, before the collective sizes it.
+Bench BenchOf(const Run& run, const DType* dt, int op, int root, char* send_base, char* recv_base) {
   Bench b;
   b.be = run.be;
   b.rank = run.rank;
@@ -225,6 +233,13 @@ void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, ch
   b.root = root;
   b.send_base = send_base;
   b.recv_base = recv_base;
+  return b;
+}
+
+void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, char* send_base,
+               char* recv_base) {
+  const Collective& coll = *run.coll;
+  Bench b = BenchOf(run, dt, op, root, send_base, recv_base);
   const size_t bytes = coll.sizes(req_bytes, dt->size, run.nranks, &b);
   if (run.rank == 0) {
     std::printf("%12zu  %12zu  %8s  %6s  %6d", bytes, b.count, dt->name,
@@ -271,6 +286,93 @@ void BenchSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, ch
     std::fflush(stdout);
   }
   run.have_traffic = false;
+}
+
+// --compare: every variant of o.compare at one size, alternating in this
+// process (out-of-place): a compressor per codec variant made once, warmed
+// up, then --rounds rounds of `iters` calls each, the order rotating by one
+// per round. Each round's time (mean per call, aggregated over ranks as -a
+// says) and bytes sent per call (max over ranks) are printed as
+// "#  compare SIZE VARIANT ROUND TIME WIRE" lines, then the medians; -c 1
+// then checks each codec's first call against the bound.
+void CompareSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, char* send_base,
+                 char* recv_base) {
+  const Collective& coll = *run.coll;
+  const std::vector<std::string>& names = run.opt.compare;
+  const size_t nv = names.size();
+  Bench b = BenchOf(run, dt, op, root, send_base, recv_base);
+  b.in_place = false;
+  const size_t bytes = coll.sizes(req_bytes, dt->size, run.nranks, &b);
+  coll.set_pointers(&b);
+  std::vector<CompressOptions> cz(nv, run.opt.cz);
+  std::vector<tideCompressor_t> comp(nv, nullptr);
+  for (size_t v = 0; v < nv; ++v) {
+    ParseCodec(names[v].c_str(), &cz[v]);
+    if (names[v] != "none")
+      Try(run, "tideCompressorCreate", run.be->CompressorCreate(CompressConfig(cz[v]), &comp[v]));
+  }
+  CompressPrepare(run.kind, b, Mix64(0x74696d696e67ull ^ b.count));
+  for (size_t v = 0; v < nv; ++v) {
+    b.compressor = comp[v];
+    for (int i = 0; i < run.opt.warmup; ++i) Try(run, coll.name, Issue(run, b));
+  }
+  Sync(run);
+  std::vector<std::vector<double>> times(nv);
+  std::vector<unsigned long long> wire(nv, 0);
+  for (int round = 0; round < run.opt.rounds; ++round) {
+    for (size_t k = 0; k < nv; ++k) {
+      const size_t v = (k + static_cast<size_t>(round)) % nv;
+      b.compressor = comp[v];
+      Barrier(run);
+      unsigned long long before[4] = {}, after[4] = {};
+      const bool counted = run.be->Traffic(before);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < run.opt.iters; ++i) Try(run, coll.name, Issue(run, b));
+      Sync(run);
+      const auto t1 = std::chrono::steady_clock::now();
+      double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / run.opt.iters;
+      if (run.opt.average != 0) {
+        static const tideRedOp_t kAgg[] = {tideSum, tideSum, tideMin, tideMax};
+        HostAllReduce(run, &us, 1, tideFloat64, kAgg[run.opt.average]);
+        if (run.opt.average == 1) us /= run.nranks;
+      }
+      unsigned long long sent = 0;
+      if (counted && run.be->Traffic(after))
+        sent = (after[0] - before[0] + after[2] - before[2]) / run.opt.iters;
+      HostAllReduce(run, &sent, 1, tideUint64, tideMax);
+      times[v].push_back(us);
+      wire[v] = sent;
+      if (run.rank == 0)
+        std::printf("#  compare %zu %s %d %.3f %llu\n", bytes, names[v].c_str(), round, us, sent);
+    }
+  }
+  uint64_t wrong = 0;
+  for (size_t v = 0; v < nv && run.opt.check; ++v) {
+    if (comp[v] == nullptr) continue;
+    b.compressor = comp[v];
+    b.seed = Mix64(0x7469646570657266ull + run.checks++);
+    Try(run, "tideCompressorReset", run.be->CompressorReset(comp[v]));
+    CompressPrepare(run.kind, b, b.seed);
+    Try(run, coll.name, Issue(run, b));
+    Sync(run);
+    uint64_t w = CompressVerify(run.kind, b, cz[v], run.nodes, b.seed).wrong;
+    HostAllReduce(run, &w, 1, tideUint64, tideSum);
+    wrong += w;
+  }
+  run.total_wrong += wrong;
+  for (size_t v = 0; v < nv; ++v)
+    if (comp[v] != nullptr) Try(run, "tideCompressorDestroy", run.be->CompressorDestroy(comp[v]));
+  if (run.rank != 0) return;
+  std::printf("%12zu  %12zu  %8s  %6s", bytes, b.count, dt->name, OpName(op));
+  for (size_t v = 0; v < nv; ++v) {
+    std::vector<double> t = times[v];
+    std::sort(t.begin(), t.end());
+    const double median =
+        t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+    std::printf("  %s %.2f us %llu B", names[v].c_str(), median, wire[v]);
+  }
+  std::printf("  #wrong %llu\n", static_cast<unsigned long long>(wrong));
+  std::fflush(stdout);
 }
 
 char* AllocTouched(size_t bytes) {
@@ -345,7 +447,10 @@ int PerfMain(int argc, char** argv, const Collective& coll, CompressKind compres
       for (int root : roots) {
         size_t size = o.min_bytes;
         while (true) {
-          BenchSize(run, dt, op, root, size, send_base, recv_base);
+          if (o.compare.empty())
+            BenchSize(run, dt, op, root, size, send_base, recv_base);
+          else
+            CompareSize(run, dt, op, root, size, send_base, recv_base);
           const size_t next = o.step_by_factor ? size * o.step_factor : size + o.step_bytes;
           if (next <= size || next > o.max_bytes) break;
           size = next;

@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +46,12 @@ void Usage(const char* prog) {
       "  --block <n>             int8/int4 elements per scale (1..2^20). Default 256\n"
       "  --feedback <0/1>        error feedback in the compressors. Default 0\n"
       "  --stochastic <0/1>      stochastic rounding (int8/int4). Default 0\n"
+      "  --compare <a,b,...>     per size, time these variants alternately in this one\n"
+      "                          process (none: the plain collective; else a --compress\n"
+      "                          codec), --rounds rounds rotating their order; prints\n"
+      "                          '#  compare SIZE VARIANT ROUND TIME(us) WIRE(B)' lines\n"
+      "                          and each variant's median (out-of-place only)\n"
+      "  --rounds <n>            rounds of --compare. Default 5\n"
       "  -h, --help              this text\n"
       "Ranks come from the launcher (tiderun, mpirun, torchrun); alone it runs 1 rank.\n",
       prog);
@@ -95,6 +102,8 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Compres
                                         {"block", kArg, nullptr, 1002},
                                         {"feedback", kArg, nullptr, 1003},
                                         {"stochastic", kArg, nullptr, 1004},
+                                        {"compare", kArg, nullptr, 1005},
+                                        {"rounds", kArg, nullptr, 1006},
                                         {nullptr, 0, nullptr, 0}};
   std::string type_arg = "float", op_arg = "sum";
   bool saw_i = false, saw_f = false;
@@ -170,6 +179,22 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Compres
         if (!ParseInt(optarg, 0, 1, &o->cz.stochastic)) return bad("stochastic", optarg);
         o->cz.extras_given = true;
         break;
+      case 1005: {
+        o->compare.clear();
+        std::string list = optarg;
+        for (size_t at = 0; at <= list.size();) {
+          const size_t end = std::min(list.find(',', at), list.size());
+          const std::string item = list.substr(at, end - at);
+          CompressOptions probe;
+          if (item.empty() || !ParseCodec(item.c_str(), &probe)) return bad("compare", optarg);
+          o->compare.push_back(item);
+          at = end + 1;
+        }
+        break;
+      }
+      case 1006:
+        if (!ParseInt(optarg, 1, 1000, &o->rounds)) return bad("rounds", optarg);
+        break;
       case 'd':
         type_arg = optarg;
         break;
@@ -203,6 +228,11 @@ int ParseOptions(int argc, char** argv, bool printer, const Backend& be, Compres
   if (o->min_bytes > o->max_bytes) {
     if (printer) std::fprintf(stderr, "%s: minbytes is larger than maxbytes\n", argv[0]);
     return 1;
+  }
+  if (!o->compare.empty() && !o->cz.enabled) {
+    // The variants' codecs: --compress's type and op rules, its header.
+    o->cz.enabled = true;
+    o->cz.spec = "none";
   }
   if (o->cz.extras_given && !o->cz.enabled) {
     if (printer)

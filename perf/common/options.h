@@ -29,6 +29,11 @@ struct Options {
   int root = 0;  // -1: every root
   bool traffic = false;
   CompressOptions cz;  // --compress and its companions (common/compress.h)
+  // --compare A,B,...: per size, these variants ("none": the plain
+  // collective; else a codec of --compress) alternate in one process,
+  // --rounds times in an order rotating by one each round (out-of-place).
+  std::vector<std::string> compare;
+  int rounds = 5;
   std::vector<std::string> notes;
 };
 

@@ -2,6 +2,8 @@
 // memory with the collectives' own kernels (core/kernels.h), so a caller
 // that adds partial results outside a collective (the gradient reducer's
 // shard, a framework's accumulation) rounds exactly as the collectives do.
+#include <cstring>
+
 #include "core/comm/api_call.h"
 #include "core/kernels.h"
 #include "core/registry.h"
@@ -13,7 +15,11 @@ using tide::Status;
 TIDE_API tideResult_t tideReduceLocal(const void* inbuf, void* inoutbuf, size_t count,
                                       tideDataType_t datatype, tideRedOp_t op) {
   return tide::guarded("tideReduceLocal", nullptr, [&]() -> Status {
-    const int dt = static_cast<int>(datatype), o = static_cast<int>(op);
+    // A C caller may pass any int: read them as ints (an out-of-range
+    // enumerator value is undefined behaviour in C++).
+    int dt = 0, o = 0;
+    std::memcpy(&dt, &datatype, sizeof(dt));
+    std::memcpy(&o, &op, sizeof(o));
     if (!tide::dtypeValid(dt))
       return tide::invalidArgument("tideReduceLocal: invalid datatype %d", dt);
     if (o == tideAvg)
