@@ -330,15 +330,15 @@ void CompareSize(Run& run, const DType* dt, int op, int root, size_t req_bytes, 
       for (int i = 0; i < run.opt.iters; ++i) Try(run, coll.name, Issue(run, b));
       Sync(run);
       const auto t1 = std::chrono::steady_clock::now();
+      unsigned long long sent = 0;  // read before the harness's own All-Reduces
+      if (counted && run.be->Traffic(after))
+        sent = (after[0] - before[0] + after[2] - before[2]) / run.opt.iters;
       double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / run.opt.iters;
       if (run.opt.average != 0) {
         static const tideRedOp_t kAgg[] = {tideSum, tideSum, tideMin, tideMax};
         HostAllReduce(run, &us, 1, tideFloat64, kAgg[run.opt.average]);
         if (run.opt.average == 1) us /= run.nranks;
       }
-      unsigned long long sent = 0;
-      if (counted && run.be->Traffic(after))
-        sent = (after[0] - before[0] + after[2] - before[2]) / run.opt.iters;
       HostAllReduce(run, &sent, 1, tideUint64, tideMax);
       times[v].push_back(us);
       wire[v] = sent;
