@@ -3,7 +3,9 @@
 #include "train/pipeline_channel.h"
 
 #include <sched.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <utility>
 
 #include "io/error.h"
@@ -11,29 +13,67 @@
 
 namespace tide_train {
 
+namespace {
+
+// More ranks on this node (as the launcher says) than CPUs to run them.
+bool oversubscribed() {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_COUNT(&mask) > 1)
+    cpus = CPU_COUNT(&mask);
+  for (const char* v :
+       {"TIDE_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && std::atoi(s) > 0) return std::atol(s) > cpus;
+  }
+  return false;
+}
+
+}  // namespace
+
 Channel::Channel(tideComm_t comm, int peer, bool sending, std::string what)
     : comm_(comm), peer_(peer), sending_(sending), what_(std::move(what)) {
+  // A receiving end waits in the compute thread: briefly spinning, then
+  // yielding, when every rank has a core; sleeping at once when ranks share
+  // cores (a yielding waiter takes half the core from the rank computing on it).
+  sleep_wait_ = oversubscribed();
+  if (!sending_) return;  // received by the waiting thread itself
   const tideResult_t r = tideStreamCreate(&stream_);
   if (r != tideSuccess) {
     tideCommDestroy(comm_);
     check_tide(r, nullptr, "creating a pipeline stream");
   }
+  // The compute thread's CPU, when the rank is pinned to one (TIDE_PIN).
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) == 0 && CPU_COUNT(&mine) == 1)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mine)) avoid_cpu_ = c;
   // Set on the stream's thread, by a callback it runs first: it waits in the
   // background while this rank computes, so it sleeps at once instead of
-  // spinning and yielding; and it may run on any CPU. A pinned rank's
-  // threads inherit its one CPU (TIDE_PIN), where a woken thread waits for
-  // the compute to give the core up (milliseconds) while the peer that
+  // spinning and yielding; and it runs on any CPU but the compute thread's.
+  // A pinned rank's threads inherit its one CPU, and even unpinned, the
+  // kernel wakes a thread near its waker: there it waits behind the compute
+  // (milliseconds, the scheduler's wake-up granularity) while the peer that
   // needs the message sits idle on its own core.
   tideStreamAddCallback(
       stream_,
-      [](tideStream_t, tideResult_t, const char*, void*) {
+      [](tideStream_t, tideResult_t, const char*, void* self) {
         tideSetThreadWaitMode(tideWaitSleep);
         cpu_set_t all;
         CPU_ZERO(&all);
         for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
         sched_setaffinity(0, sizeof(all), &all);  // restricted to the cpuset; best effort
+        const int avoid = static_cast<Channel*>(self)->avoid_cpu_;
+        cpu_set_t now;
+        CPU_ZERO(&now);
+        if (avoid >= 0 && sched_getaffinity(0, sizeof(now), &now) == 0 && CPU_COUNT(&now) > 1) {
+          CPU_CLR(avoid, &now);
+          sched_setaffinity(0, sizeof(now), &now);
+        }
       },
-      nullptr);
+      this);
 }
 
 Channel::~Channel() {
@@ -43,13 +83,13 @@ Channel::~Channel() {
     clean = error_.empty() && done_ == posted_;
   }
   if (clean) {
-    tideStreamDestroy(stream_);
+    if (stream_ != nullptr) tideStreamDestroy(stream_);
     tideCommDestroy(comm_);
   } else {
     // A peer failed or the step was abandoned: stop the queued operations
     // at once rather than letting each run into the timeout.
     tideCommAbort(comm_);
-    tideStreamDestroy(stream_);
+    if (stream_ != nullptr) tideStreamDestroy(stream_);
   }
 }
 
@@ -72,7 +112,8 @@ size_t Channel::send(const float* buf, size_t n) {
 
 size_t Channel::receive(float* buf, size_t n) {
   if (sending_) throw Error("pipeline channel to " + what_ + " only sends");
-  return queued(tideRecv(buf, n, tideFloat32, peer_, comm_, stream_));
+  pending_.emplace_back(buf, n);
+  return posted_++;
 }
 
 size_t Channel::queued(tideResult_t issued) {
@@ -85,6 +126,24 @@ size_t Channel::queued(tideResult_t issued) {
 }
 
 void Channel::wait(size_t ticket) {
+  if (!sending_) {
+    if (!error_.empty()) throw Error("pipeline receive from " + what_ + ": " + error_);
+    while (done_ <= ticket && done_ < posted_) {
+      auto [buf, n] = pending_[done_ - (posted_ - pending_.size())];
+      if (sleep_wait_) tideSetThreadWaitMode(tideWaitSleep);
+      const tideResult_t r = tideRecv(buf, n, tideFloat32, peer_, comm_, nullptr);
+      if (sleep_wait_) tideSetThreadWaitMode(tideWaitDefault);
+      if (r != tideSuccess) {
+        error_ = tideGetErrorString(r);
+        const char* m = tideGetLastError(comm_);
+        if (m != nullptr && *m != '\0') error_ += std::string(" (") + m + ")";
+        throw Error("pipeline receive from " + what_ + ": " + error_);
+      }
+      ++done_;
+    }
+    if (done_ == posted_) pending_.clear();
+    return;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   // The stream's operations carry the library's no-progress timeout, so the
   // callback always comes: with success, or with the error that ends this.
